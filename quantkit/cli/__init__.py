@@ -1,0 +1,54 @@
+"""The typer app. Each command module parses its options, calls one library function and prints.
+
+Command modules register themselves on `app` when imported below; a module owns its commands.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import typer
+
+from .. import __version__
+
+app = typer.Typer(
+    name="quantkit",
+    help="Quantize LLMs (AWQ, GPTQ, INT8, FP8), serve them in vLLM, measure speed and accuracy.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"quantkit {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+# Command modules (each adds its commands to `app`).
+from . import convert  # noqa: E402,F401
+
+
+def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
+    # SIGTERM takes the same clean-up path as Ctrl-C: temporary folders are removed and child
+    # processes (vLLM servers) are stopped by the context managers that own them.
+    raise KeyboardInterrupt
+
+
+def main() -> None:
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)

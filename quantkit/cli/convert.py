@@ -1,0 +1,88 @@
+"""`quantkit convert`, `quantkit recipes`, `quantkit setup`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from .. import recipe as recipes
+from ..console import run_command, stdout
+from . import app
+from .options import JSON, QUIET, mode
+
+
+@app.command()
+def convert(
+    model: str = typer.Argument(..., help="Checkpoint dir, .gguf file, Hub id, or built-in alias (smollm2-135m)."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(recipes.METHODS)}."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder (default: models/<model>-<method>)."),
+    recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Built-in recipe name or YAML file."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Calibration samples."),
+    seq_len: Optional[int] = typer.Option(None, "--seq-len", help="Tokens per calibration sample."),
+    calib: Optional[str] = typer.Option(None, "--calib", help="Calibration set: c4, a .jsonl/.txt/.parquet file, or a Hub id."),
+    ignore: Optional[str] = typer.Option(None, "--ignore", help="Comma-separated layers left unquantized (default lm_head)."),
+    group_size: Optional[int] = typer.Option(None, "--group-size", help="Preferred group size for grouped schemes."),
+    backend: Optional[str] = typer.Option(None, "--backend", help="Quantization backend (default llmcompressor)."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Quantize MODEL with a method or recipe; writes the checkpoint and DIR/quantkit.json."""
+    from ..quantize import convert as do_convert
+
+    overrides = {
+        "num_samples": num_samples,
+        "seq_len": seq_len,
+        "calib": calib,
+        "ignore": [x.strip() for x in ignore.split(",") if x.strip()] if ignore is not None else None,
+        "group_size": group_size,
+        "backend": backend,
+    }
+    run_command(
+        lambda: do_convert(model, method, output, recipe, overrides, force),
+        mode(json, quiet),
+        _print_record,
+    )
+
+
+def _print_record(record) -> None:
+    table = Table(show_header=False, box=None, pad_edge=False)
+    calib = record.calibration
+    rows = [
+        ("output", record.output_dir),
+        ("method", f"{record.method} ({record.scheme}" + (f", group {record.group_size})" if record.group_size else ")")),
+        ("backend", f"{record.backend} {record.versions.get(record.backend, '')}".strip()),
+        ("recipe", f"{record.recipe_name} ({record.recipe_hash})"),
+        ("source", f"{record.source.ref} {record.source.fingerprint[:19]}"),
+        ("calibration", f"{calib['num_samples']} x {calib['seq_len']} tokens from {calib['dataset']}" if calib else "none"),
+        ("size", f"{record.size_bytes / 1e6:.1f} MB"),
+        ("wall time", f"{record.wall_time_s:.1f} s (quantizer {record.quantize_time_s:.1f} s)"),
+        ("peak RSS", f"{record.peak_rss_mb:.0f} MB"),
+    ]
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/bold]", str(value))
+    stdout.print(table)
+
+
+@app.command("recipes")
+def list_recipes(json: bool = JSON, quiet: bool = QUIET) -> None:
+    """List the built-in recipes."""
+
+    def body():
+        return [
+            {"name": r.name, "method": r.method, "backend": r.backend, "scheme": r.scheme,
+             "group_size": r.group_size, "calibrated": r.needs_calibration, "description": r.description}
+            for r in (recipes.load(name) for name in recipes.builtin_names())
+        ]
+
+    def human(rows):
+        table = Table("name", "method", "backend", "scheme", "group", "calibrated", "description")
+        for r in rows:
+            table.add_row(r["name"], r["method"], r["backend"], r["scheme"], str(r["group_size"] or "-"),
+                          "yes" if r["calibrated"] else "no", r["description"])
+        stdout.print(table)
+
+    run_command(body, mode(json, quiet), human)

@@ -1,0 +1,139 @@
+"""`quantkit convert`: resolve the model and recipe, run a backend, write quantkit.json.
+
+The checkpoint is written to a temporary sibling of the output folder and renamed into place
+only when complete, so an interrupted or failed convert never leaves a folder that looks done.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import models, recipe as recipes, settings
+from ..console import info
+from ..errors import UsageError
+from ..registry import BACKENDS
+from .record import ConvertRecord, SourceModel, dir_size, hardware
+
+
+def default_output(model_name: str, method: str) -> Path:
+    return settings.models_dir() / f"{model_name}-{method}"
+
+
+def plan(
+    model: str,
+    method: str | None = None,
+    recipe: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> tuple[models.ResolvedModel, recipes.Recipe]:
+    """Validate everything that can be checked before the slow part starts."""
+    if method is None and recipe is None:
+        raise UsageError("say what to do: --method (awq, gptq, int8, fp8, ...) or --recipe")
+    chosen = recipes.load(recipe) if recipe else recipes.for_method(method)  # type: ignore[arg-type]
+    if method is not None and recipe is not None and recipes.check_method(method) != chosen.method:
+        raise UsageError(f"--method {method} contradicts the recipe's method '{chosen.method}'; pass one of them")
+    chosen = recipes.override(chosen, **(overrides or {}))
+    backend = BACKENDS.check(chosen.backend)
+    backend_cls = BACKENDS.load(backend)
+    if chosen.method not in backend_cls.methods:
+        raise UsageError(
+            f"backend '{backend}' does not do method '{chosen.method}' (it does: {', '.join(sorted(backend_cls.methods))})"
+        )
+    resolved = models.resolve(model)
+    models.check_causal_lm(resolved.path)  # a Hub download or a GGUF can be something else
+    return resolved, chosen
+
+
+def convert(
+    model: str,
+    method: str | None = None,
+    output: Path | None = None,
+    recipe: str | None = None,
+    overrides: dict[str, Any] | None = None,
+    force: bool = False,
+) -> ConvertRecord:
+    started = time.monotonic()
+    resolved, chosen = plan(model, method, recipe, overrides)
+    out = Path(output) if output else default_output(resolved.name, chosen.method)
+    out = out.expanduser().absolute()
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise UsageError(f"output {out} already exists; pass --force to replace it or choose another -o")
+    if out == resolved.path.absolute():
+        raise UsageError("the output folder is the source model's folder; choose another -o")
+
+    info(f"convert {resolved.ref} -> {out} ({chosen.method} via {chosen.backend}, recipe {chosen.name})")
+    source = SourceModel(ref=resolved.ref, kind=resolved.kind, path=str(resolved.path), fingerprint=resolved.fingerprint())
+    backend = BACKENDS.load(chosen.backend)()
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        result = backend.quantize(resolved, chosen, tmp)
+        peak_rss_mb = result.peak_rss_mb or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        record = ConvertRecord(
+            method=chosen.method,
+            backend=chosen.backend,
+            scheme=chosen.scheme,
+            group_size=result.group_size,
+            recipe_name=chosen.name,
+            recipe_hash=chosen.hash(),
+            recipe=chosen.model_dump(mode="json"),
+            source=source,
+            calibration=result.calibration,
+            quantization_config=_quantization_config(tmp),
+            versions=result.versions,
+            hardware=hardware(),
+            wall_time_s=0.0,
+            quantize_time_s=result.quantize_time_s,
+            peak_rss_mb=round(peak_rss_mb, 1),
+            size_bytes=0,
+            output_dir=str(out),
+            notes=result.notes,
+        )
+        record.size_bytes = dir_size(tmp)
+        record.wall_time_s = round(time.monotonic() - started, 2)
+        record.write(tmp)
+        _replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    info(f"wrote {out} ({record.size_bytes / 1e6:.1f} MB) in {record.wall_time_s:.1f} s")
+    return record
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Move the finished checkpoint into place; an old one (with --force) goes only after that."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _quantization_config(folder: Path) -> dict[str, Any] | None:
+    import json
+
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        return None
+    qc = json.loads(config_file.read_text()).get("quantization_config")
+    if not isinstance(qc, dict):
+        return None
+    # the essentials only: the full config (with every layer's scheme) stays in config.json
+    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point")
+    summary = {k: qc[k] for k in keys if k in qc}
+    groups = qc.get("config_groups") or {}
+    if groups:
+        summary["config_groups"] = {
+            name: {part: group.get(part) for part in ("weights", "input_activations") if group.get(part)}
+            for name, group in groups.items()
+        }
+    return summary

@@ -1,0 +1,70 @@
+"""What every quantization backend provides, and the helpers they share."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Protocol
+
+from ..errors import UsageError
+from ..models import ResolvedModel
+from ..recipe import Recipe
+
+
+@dataclass
+class BackendResult:
+    group_size: int | None
+    calibration: dict[str, Any] | None
+    quantize_time_s: float
+    versions: dict[str, str]
+    peak_rss_mb: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+class Backend(Protocol):
+    name: str
+    methods: frozenset[str]
+
+    def quantize(self, model: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
+        """Write a loadable checkpoint (weights, config, tokenizer) into out_dir."""
+        ...
+
+
+def is_ignored(name: str, ignore: Iterable[str]) -> bool:
+    """llm-compressor's ignore rules: a module name, a name suffix, or `re:<regex>`."""
+    for rule in ignore:
+        if rule.startswith("re:"):
+            if re.match(rule[3:], name):
+                return True
+        elif name == rule or name.endswith("." + rule):
+            return True
+    return False
+
+
+def choose_group_size(linear_inputs: dict[str, int], preferred: int, auto: bool, minimum: int = 16) -> int:
+    """The largest power-of-two group <= preferred dividing every quantized Linear's input size.
+
+    Group 128 cannot apply to SmolLM2-135M (hidden size 576 = 64 x 9): there this returns 64.
+    """
+    def offenders(group: int) -> list[str]:
+        return [name for name, size in linear_inputs.items() if size % group]
+
+    bad = offenders(preferred)
+    if not bad:
+        return preferred
+    first = bad[0]
+    if not auto:
+        raise UsageError(
+            f"group size {preferred} does not divide the input size {linear_inputs[first]} of {first} "
+            f"(and {len(bad) - 1} other layers); pass --group-size with a divisor or enable auto_group"
+        )
+    group = preferred // 2
+    while group >= minimum:
+        if not offenders(group):
+            return group
+        group //= 2
+    raise UsageError(
+        f"no group size between {minimum} and {preferred} divides every quantized layer's input size "
+        f"({first}: {linear_inputs[first]}); add such layers to --ignore or use a per-channel method (int8, fp8, w8a16)"
+    )

@@ -1,0 +1,184 @@
+"""llm-compressor backend (default): compressed-tensors checkpoints that vLLM loads natively.
+
+Runs in quantkit's main environment. Methods and the modifiers they become:
+- awq       : AWQModifier (scaling) + QuantizationModifier(W4A16_ASYM, group G)
+- gptq      : GPTQModifier(W4A16, group G)
+- int8      : SmoothQuantModifier(strength) + GPTQModifier(W8A8)
+- fp8       : QuantizationModifier(FP8_DYNAMIC)
+- w4a16-rtn : QuantizationModifier(W4A16, group G)
+- w8a16     : QuantizationModifier(W8A16, per channel)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..console import info, step
+from ..errors import BackendError, SetupError
+from ..models import ResolvedModel
+from ..recipe import Recipe
+from . import calibration
+from .base import BackendResult, choose_group_size, is_ignored
+from .record import package_versions
+
+
+class LLMCompressorBackend:
+    name = "llmcompressor"
+    methods = frozenset({"awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16"})
+
+    def quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
+        try:
+            import torch
+            from llmcompressor import oneshot
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as exc:
+            raise SetupError(f"the llmcompressor backend needs llm-compressor ({exc}); run scripts/setup.sh") from None
+
+        compute_dtype = _compute_dtype(recipe.compute_dtype, torch)
+        with step(f"loading {model_ref.ref} ({compute_dtype})"):
+            tokenizer = AutoTokenizer.from_pretrained(model_ref.path)
+            model = AutoModelForCausalLM.from_pretrained(model_ref.path, dtype=getattr(torch, compute_dtype))
+            model.eval()
+
+        group_size = self._group_size(model, recipe, torch)
+        modifiers = build_modifiers(recipe, group_size)
+        calib_info = None
+        dataset = None
+        if recipe.needs_calibration:
+            assert recipe.calibration is not None
+            calib = recipe.calibration
+            with step(f"preparing {calib.num_samples} calibration samples from {calib.dataset}"):
+                calib_set = calibration.load(calib)
+                samples = calibration.tokenize(calib_set, tokenizer, calib.num_samples, calib.seq_len)
+                from datasets import Dataset
+
+                dataset = Dataset.from_list(samples)
+            calib_info = {
+                **calib_set.describe(),
+                "num_samples": len(samples),
+                "seq_len": calib.seq_len,
+                "tokens": sum(len(s["input_ids"]) for s in samples),
+                "seed": calib.seed,
+            }
+
+        oneshot_args: dict[str, Any] = {"model": model, "recipe": modifiers, "processor": tokenizer}
+        if dataset is not None:
+            oneshot_args.update(
+                dataset=dataset,
+                num_calibration_samples=len(dataset),
+                max_seq_length=recipe.calibration.seq_len if recipe.calibration else None,
+                shuffle_calibration_samples=False,
+            )
+        started = time.monotonic()
+        with step(f"quantizing with llm-compressor ({recipe.method}, {recipe.scheme}"
+                  + (f", group {group_size}" if group_size else "") + ")"):
+            with _cpu_safe_awq(torch):
+                try:
+                    oneshot(**oneshot_args)
+                except (RuntimeError, ValueError, TypeError) as exc:
+                    raise BackendError(f"llm-compressor failed: {' '.join(str(exc).split())[:300]}") from exc
+        quantize_time = time.monotonic() - started
+
+        with step(f"saving compressed checkpoint ({recipe.dtype})"):
+            save_dtype = getattr(torch, recipe.dtype)
+            if compute_dtype != recipe.dtype:
+                model.to(save_dtype)
+            model.config.dtype = save_dtype
+            model.save_pretrained(out_dir, save_compressed=True)
+            tokenizer.save_pretrained(out_dir)
+        notes = []
+        if compute_dtype != recipe.dtype:
+            notes.append(f"calibrated in {compute_dtype}, saved in {recipe.dtype}")
+        return BackendResult(
+            group_size=group_size,
+            calibration=calib_info,
+            quantize_time_s=round(quantize_time, 2),
+            versions=package_versions("torch", "transformers", "llmcompressor", "compressed-tensors"),
+            notes=notes,
+        )
+
+    @staticmethod
+    def _group_size(model, recipe: Recipe, torch) -> int | None:
+        from compressed_tensors.quantization import preset_name_to_scheme
+
+        weights = preset_name_to_scheme(recipe.scheme, ["Linear"]).weights
+        if weights is None or weights.strategy != "group" or recipe.group_size is None:
+            return None
+        inputs = {
+            name: module.in_features
+            for name, module in model.named_modules()
+            if isinstance(module, torch.nn.Linear) and not is_ignored(name, recipe.ignore)
+        }
+        chosen = choose_group_size(inputs, recipe.group_size, recipe.auto_group)
+        if chosen != recipe.group_size:
+            info(f"group size {recipe.group_size} does not divide every layer's input size; using {chosen}")
+        return chosen
+
+
+def build_modifiers(recipe: Recipe, group_size: int | None) -> list[Any]:
+    """The llm-compressor modifiers a recipe stands for (the 'recipe' argument of oneshot)."""
+    from llmcompressor.modifiers.gptq import GPTQModifier
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+
+    scheme = quant_scheme(recipe.scheme, group_size)
+    options = dict(recipe.options)
+    common = {"config_groups": {"group_0": scheme}, "ignore": list(recipe.ignore)}
+    if recipe.method == "awq":
+        from llmcompressor.modifiers.transform import AWQModifier
+
+        return [AWQModifier(**options), QuantizationModifier(**common)]
+    if recipe.method in ("gptq", "int8"):
+        modifiers: list[Any] = []
+        if recipe.smoothing_strength is not None:
+            from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
+
+            modifiers.append(SmoothQuantModifier(smoothing_strength=recipe.smoothing_strength))
+        modifiers.append(GPTQModifier(**common, **options))
+        return modifiers
+    return [QuantizationModifier(**common, **options)]
+
+
+def quant_scheme(preset: str, group_size: int | None):
+    """A compressed-tensors preset with the group size applied.
+
+    A grouped preset given no group size becomes per-channel (W8A16 in the recipes means
+    per-channel INT8 weights, while compressed-tensors' preset groups by 128).
+    """
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    scheme = preset_name_to_scheme(preset, ["Linear"])
+    weights = scheme.weights
+    if weights is not None and weights.strategy == "group":
+        if group_size is None:
+            scheme.weights = weights.model_copy(update={"strategy": "channel", "group_size": None})
+        else:
+            scheme.weights = weights.model_copy(update={"group_size": group_size})
+    return scheme
+
+
+def _compute_dtype(requested: str, torch) -> str:
+    if requested != "auto":
+        return requested
+    # bf16 matmuls run about 2x slower than fp32 on CPUs without AMX (FIELD-NOTES.md)
+    return "bfloat16" if torch.cuda.is_available() else "float32"
+
+
+@contextlib.contextmanager
+def _cpu_safe_awq(torch) -> Iterator[None]:
+    """AWQ pins its activation cache for faster host-to-device copies; with CPU-only torch that
+    raises "Cannot access accelerator device when none is available". Pinning buys nothing
+    without an accelerator, so it is skipped there."""
+    if torch.accelerator.is_available():
+        yield
+        return
+    from llmcompressor.pipelines.cache import IntermediatesCache
+
+    original = IntermediatesCache.pin_memory
+    IntermediatesCache.pin_memory = lambda self, *args, **kwargs: None
+    try:
+        yield
+    finally:
+        IntermediatesCache.pin_memory = original

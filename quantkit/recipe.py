@@ -1,0 +1,221 @@
+"""Quantization recipes: a pydantic schema, YAML loading with file:line errors, overrides, hash.
+
+A recipe is one method on one backend with its scheme and calibration settings. The built-in
+ones live in the repository's `recipes/` folder (shipped as the `quantkit.recipes` package);
+`quantkit recipes` lists them and `--recipe NAME_OR_PATH` runs one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .errors import UsageError, did_you_mean
+
+SCHEMA_VERSION = 1
+
+# Methods quantkit knows, what they mean, and whether they need calibration data.
+METHODS: dict[str, str] = {
+    "awq": "AWQ W4A16 asymmetric, group 128 (activation-aware scaling, calibrated)",
+    "gptq": "GPTQ W4A16 symmetric, group 128 (calibrated)",
+    "int8": "W8A8 INT8: SmoothQuant + GPTQ, per-channel weights, dynamic per-token activations",
+    "fp8": "FP8 dynamic: per-channel FP8 weights, dynamic per-token FP8 activations (no calibration)",
+    "w4a16-rtn": "W4A16 symmetric, group 128, round-to-nearest (no calibration)",
+    "w8a16": "W8A16 per-channel INT8 weights, round-to-nearest (no calibration)",
+}
+
+# Names users type that quantkit answers with an explanation instead of "unknown method".
+REMOVED_METHODS: dict[str, str] = {
+    "squeezellm": "vLLM removed SqueezeLLM support (v0.6); use --method awq or --method gptq",
+    "marlin": "Marlin is a vLLM kernel, not a quantization method; vLLM picks it for gptq/awq W4A16 checkpoints",
+    "bitsandbytes": "bitsandbytes quantizes at load time in vLLM (--quantization bitsandbytes); no checkpoint to convert",
+}
+
+CALIBRATED_METHODS = {"awq", "gptq", "int8"}
+
+
+def check_method(name: str) -> str:
+    key = name.lower()
+    if key in REMOVED_METHODS:
+        raise UsageError(f"method '{name}' is not available: {REMOVED_METHODS[key]}")
+    if key not in METHODS:
+        raise UsageError(f"unknown method '{name}'; {did_you_mean(key, list(METHODS))}")
+    return key
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class Calibration(Strict):
+    # "c4" means allenai/c4 online, or $QUANTKIT_DATA_DIR/c4/en_train_first1000.jsonl offline.
+    dataset: str = "c4"
+    num_samples: int = Field(64, ge=1)
+    seq_len: int = Field(512, ge=8)
+    text_field: str | None = None
+    split: str = "train"
+    seed: int = 0
+
+
+class Recipe(Strict):
+    schema_version: int = SCHEMA_VERSION
+    name: str
+    description: str = ""
+    method: str
+    backend: str = "llmcompressor"
+    # compressed-tensors preset scheme name (W4A16, W4A16_ASYM, W8A8, W8A16, FP8_DYNAMIC).
+    scheme: str
+    # Preferred group size for grouped schemes; with auto_group the largest size <= this that
+    # divides every quantized Linear's input size is used (and recorded).
+    group_size: int | None = None
+    auto_group: bool = True
+    ignore: list[str] = Field(default_factory=lambda: ["lm_head"])
+    calibration: Calibration | None = None
+    # SmoothQuant strength for int8; None disables SmoothQuant.
+    smoothing_strength: float | None = None
+    # Dtype of the saved, unquantized parts (norms, embeddings, lm_head).
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    # Dtype the model is calibrated in: fp32 is about 2x faster than bf16 on CPUs (FIELD-NOTES).
+    compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    # Backend-specific keyword arguments (e.g. AWQ's duo_scaling), passed through unchanged.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:
+        try:
+            return check_method(value)
+        except UsageError as exc:
+            raise ValueError(exc.message) from None
+
+    @field_validator("group_size")
+    @classmethod
+    def _positive_group(cls, value: int | None) -> int | None:
+        if value is not None and (value < 1 or value & (value - 1)):
+            raise ValueError(f"group_size must be a power of two, got {value}")
+        return value
+
+    @property
+    def needs_calibration(self) -> bool:
+        return self.method in CALIBRATED_METHODS
+
+    def canonical(self) -> dict[str, Any]:
+        """Everything that changes the output, in a stable form (name and description do not)."""
+        data = self.model_dump(mode="json", exclude={"name", "description"})
+        if not self.needs_calibration:
+            data["calibration"] = None
+        return data
+
+    def hash(self) -> str:
+        blob = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading
+
+
+def _line_index(text: str) -> dict[tuple, int]:
+    """Map each key path in a YAML mapping to the 1-based line it starts on."""
+    index: dict[tuple, int] = {}
+
+    def walk(node: yaml.Node, path: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                key_path = path + (key_node.value,)
+                index[key_path] = key_node.start_mark.line + 1
+                walk(value_node, key_path)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, item in enumerate(node.value):
+                index[path + (i,)] = item.start_mark.line + 1
+                walk(item, path + (i,))
+
+    root = yaml.compose(text)
+    if root is not None:
+        walk(root, ())
+    return index
+
+
+def _explain(exc: ValidationError, source: str, lines: dict[tuple, int]) -> str:
+    err = exc.errors()[0]
+    loc = tuple(err["loc"])
+    line = lines.get(loc) or lines.get(loc[:-1]) or 1
+    where = ".".join(str(p) for p in loc) or "recipe"
+    if err["type"] == "extra_forbidden":
+        model: type[BaseModel] = Recipe
+        for part in loc[:-1]:
+            field = model.model_fields.get(str(part))
+            inner = getattr(field, "annotation", None) if field else None
+            model = next((a for a in getattr(inner, "__args__", (inner,)) if isinstance(a, type) and issubclass(a, BaseModel)), model)
+        hint = did_you_mean(str(loc[-1]), list(model.model_fields))
+        message = f"unknown key '{loc[-1]}'" + (f" in {'.'.join(map(str, loc[:-1]))}" if len(loc) > 1 else "") + f"; {hint}"
+    elif err["type"] == "missing":
+        message = f"missing required key '{where}'"
+    else:
+        message = f"{where}: {err['msg']}"
+    more = len(exc.errors()) - 1
+    return f"{source}:{line}: {message}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
+
+
+def parse(text: str, source: str = "<recipe>") -> Recipe:
+    try:
+        data = yaml.safe_load(text)
+        lines = _line_index(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise UsageError(f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: a recipe is a YAML mapping (key: value lines)")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise UsageError(_explain(exc, source, lines)) from None
+
+
+def builtin_names() -> list[str]:
+    folder = resources.files("quantkit.recipes")
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load(name_or_path: str) -> Recipe:
+    """A built-in recipe by name (`awq`) or a YAML file by path."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        if not path.is_file():
+            raise UsageError(f"recipe file {path} does not exist; `quantkit recipes` lists the built-in ones")
+        return parse(path.read_text(), str(path))
+    names = builtin_names()
+    if name_or_path not in names:
+        raise UsageError(f"unknown recipe '{name_or_path}'; {did_you_mean(name_or_path, names)}")
+    resource = resources.files("quantkit.recipes") / f"{name_or_path}.yaml"
+    return parse(resource.read_text(), f"recipes/{name_or_path}.yaml")
+
+
+def for_method(method: str) -> Recipe:
+    """The built-in recipe of a method (each method has one named after it)."""
+    return load(check_method(method))
+
+
+def override(recipe: Recipe, **fields: Any) -> Recipe:
+    """Apply CLI overrides: `num_samples`, `seq_len`, `calib` go into calibration; None is skipped."""
+    data = recipe.model_dump()
+    calib_keys = {"num_samples": "num_samples", "seq_len": "seq_len", "calib": "dataset"}
+    for key, value in fields.items():
+        if value is None:
+            continue
+        if key in calib_keys:
+            data["calibration"] = {**(data.get("calibration") or {}), calib_keys[key]: value}
+        else:
+            data[key] = value
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise UsageError(f"override {'.'.join(map(str, err['loc']))}: {err['msg']}") from None

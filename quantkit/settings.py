@@ -1,0 +1,85 @@
+"""QUANTKIT_* settings, read from the environment each time they are asked for.
+
+Nothing here is cached at import: tests point QUANTKIT_HOME at a temporary folder per test, and a
+long-running process sees a changed environment the same way a fresh one would.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from .errors import SetupError
+
+# The repository root when quantkit runs from a checkout (editable install); the default venvs
+# that scripts/setup.sh creates live there.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def home() -> Path:
+    """Where quantkit keeps its cache (converted demo model) and, later, its result store."""
+    value = os.environ.get("QUANTKIT_HOME")
+    path = Path(value).expanduser() if value else Path.home() / ".cache" / "quantkit"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def data_dir() -> Path | None:
+    """Offline evaluation/calibration data (see ../shared/data/README.md); None means use the Hub."""
+    value = os.environ.get("QUANTKIT_DATA_DIR")
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_dir():
+        raise SetupError(
+            f"QUANTKIT_DATA_DIR={value} is not a directory; point it at the offline data folder "
+            "(e.g. ../shared/data) or unset it to use the Hugging Face Hub"
+        )
+    return path
+
+
+def models_dir() -> Path:
+    """Default output folder of `quantkit convert` when -o is not given."""
+    value = os.environ.get("QUANTKIT_MODELS_DIR")
+    return Path(value).expanduser() if value else Path.cwd() / "models"
+
+
+def debug() -> bool:
+    return os.environ.get("QUANTKIT_DEBUG", "") not in ("", "0", "false")
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0") or os.environ.get(
+        "QUANTKIT_OFFLINE", ""
+    ) not in ("", "0")
+
+
+def backend_python(name: str) -> Path | None:
+    """The python of a backend that runs in an environment of its own (vllm, gptqmodel, ...).
+
+    Order: QUANTKIT_<NAME>_PYTHON (or QUANTKIT_VLLM for vLLM, which may also name a `vllm`
+    executable), then the default venv `.venv-<name>` that `scripts/setup.sh` creates.
+    """
+    env_name = "QUANTKIT_VLLM" if name == "vllm" else f"QUANTKIT_{name.upper()}_PYTHON"
+    value = os.environ.get(env_name) or (
+        os.environ.get("QUANTKIT_VLLM_PYTHON") if name == "vllm" else None
+    )
+    if value:
+        path = Path(value).expanduser()
+        if not path.exists():
+            found = shutil.which(value)
+            if not found:
+                raise SetupError(f"{env_name}={value} does not exist; point it at a python or executable")
+            path = Path(found)
+        return path
+    for root in (Path.cwd(), REPO_ROOT):
+        candidate = root / f".venv-{name}" / "bin" / "python"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def main_python() -> str:
+    return sys.executable

