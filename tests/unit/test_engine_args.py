@@ -1,0 +1,105 @@
+"""ServeConfig -> `vllm serve` arguments, --serve-arg parsing, and vLLM log parsing."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from quantkit.engine import ServeConfig, check_port, failure_reason, parse_log, parse_serve_arg
+from quantkit.errors import UsageError
+
+
+def test_defaults_pass_only_max_model_len():
+    # quantization stays unset: vLLM detects it, and a mismatching value is a hard error there
+    assert ServeConfig().to_args() == ["--max-model-len", "2048"]
+
+
+def test_every_knob_maps_to_its_flag():
+    cfg = ServeConfig(
+        quantization="compressed-tensors", gpu_memory_utilization=0.85, max_num_seqs=32,
+        max_num_batched_tokens=4096, block_size=32, enable_chunked_prefill=True, max_model_len=None,
+        kv_cache_dtype="fp8", tensor_parallel_size=2, pipeline_parallel_size=1,
+        distributed_executor_backend="ray", load_format="dummy", enforce_eager=True,
+    )
+    assert cfg.to_args() == [
+        "--quantization", "compressed-tensors", "--gpu-memory-utilization", "0.85", "--max-num-seqs", "32",
+        "--max-num-batched-tokens", "4096", "--block-size", "32", "--enable-chunked-prefill",
+        "--kv-cache-dtype", "fp8", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1",
+        "--distributed-executor-backend", "ray", "--load-format", "dummy", "--enforce-eager",
+    ]
+
+
+def test_chunked_prefill_is_tri_state():
+    assert "--no-enable-chunked-prefill" in ServeConfig(enable_chunked_prefill=False).to_args()
+    assert "--enable-chunked-prefill" in ServeConfig(enable_chunked_prefill=True).to_args()
+    args = ServeConfig(enable_chunked_prefill=None).to_args()
+    assert not any("chunked" in a for a in args)
+
+
+def test_serve_args_fill_knobs_or_extra():
+    cfg = ServeConfig.from_options(["max-num-seqs=8", "--swap_space=1", "disable-log-stats", "enforce-eager"])
+    assert cfg.max_num_seqs == 8 and cfg.enforce_eager is True
+    assert cfg.extra == {"swap-space": "1", "disable-log-stats": None}
+    assert cfg.to_args()[-3:] == ["--swap-space", "1", "--disable-log-stats"]
+    assert ServeConfig.from_options(["enable-chunked-prefill=off"]).enable_chunked_prefill is False
+
+
+def test_serve_arg_errors_are_usage_errors():
+    with pytest.raises(UsageError, match="set by quantkit"):
+        parse_serve_arg("port=8000")
+    with pytest.raises(UsageError, match="bad --serve-arg"):
+        parse_serve_arg("=3")
+    with pytest.raises(UsageError, match="repeats"):
+        ServeConfig.from_options(["max-num-seqs=8"], max_num_seqs=4)
+    with pytest.raises(UsageError, match="max-num-seqs"):
+        ServeConfig.from_options(["max-num-seqs=many"])
+    with pytest.raises(UsageError, match="gpu-memory-utilization"):
+        ServeConfig.from_options(gpu_memory_utilization=1.5)
+
+
+def test_label_names_changed_knobs():
+    assert ServeConfig().label() == "defaults"
+    assert ServeConfig(max_num_seqs=16, enable_chunked_prefill=False).label() == "max-num-seqs=16 enable-chunked-prefill=False"
+
+
+LOG = """\
+(APIServer pid=1) INFO 11-29 15:59:19 [api_utils.py:347]   version 0.32.0
+/site-packages/vllm/triton_utils/dispatcher.py:138: FutureWarning: deprecated
+  wrapper = lookup(vars(value).get("kernel"))
+(Worker pid=5) INFO 11-29 16:03:40 [cpu_wna16.py:41] Using CPUWNA16LinearKernel for CompressedTensorsWNA16
+(EngineCore pid=4) INFO 11-29 15:59:43 [kv_cache_utils.py:2327] CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens per request: 45.50x
+"""
+
+
+def test_parse_log_reads_kv_cache_and_kernels():
+    parsed = parse_log(LOG)
+    assert parsed["kv_cache_tokens"] == 93184
+    assert parsed["max_concurrency"] == 45.5
+    # the code line quoted by a Python warning is not a vLLM record
+    assert parsed["quant_lines"] == ["Using CPUWNA16LinearKernel for CompressedTensorsWNA16"]
+
+
+FAILED = """\
+(Worker pid=6285) ERROR 11-29 16:03:03 [multiproc_executor.py:953] ValueError: Failed to find a kernel that can implement the WNA16 linear layer. Reasons: 
+(Worker pid=6285) ERROR 11-29 16:03:03 [multiproc_executor.py:953]  CPUWNA16LinearKernel cannot implement due to: Quant type (uint8b128) not supported
+(EngineCore pid=6180) ERROR 11-29 16:03:06 [core.py:1510] EngineCore failed to start.
+(EngineCore pid=6180) ERROR 11-29 16:03:06 [core.py:1510] Traceback (most recent call last):
+(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
+"""
+
+
+def test_failure_reason_skips_generic_wrappers_and_joins_reasons():
+    reason = failure_reason(FAILED)
+    assert reason.startswith("ValueError: Failed to find a kernel")
+    assert "CPUWNA16LinearKernel cannot implement" in reason
+    assert "\n" not in reason
+
+
+def test_port_in_use_is_one_line_usage_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(UsageError, match=f"port {port} .* in use"):
+            check_port(port)
