@@ -1,0 +1,168 @@
+"""`quantkit eval` and `quantkit eval-tasks`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.table import Table
+
+from ..console import emit, run_command, stdout
+from ..errors import GateFailed, UsageError
+from . import app
+from .options import JSON, QUIET, mode
+
+
+def _parse_gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]):
+    from ..evals_core import Gates
+
+    per_task: dict[str, float] = {}
+    for item in gate:
+        name, sep, value = item.partition("=")
+        try:
+            per_task[name.strip()] = float(value)
+        except ValueError:
+            raise UsageError(f"--gate expects TASK=MIN_RECOVERY (e.g. gsm8k=0.9), got '{item}'") from None
+        if not sep or not name.strip():
+            raise UsageError(f"--gate expects TASK=MIN_RECOVERY (e.g. gsm8k=0.9), got '{item}'")
+    if min_recovery is None and min_task_recovery is None and not per_task:
+        return None
+    try:
+        return Gates(min_recovery=min_recovery, min_task_recovery=min_task_recovery, tasks=per_task)
+    except ValueError as exc:
+        raise UsageError(f"bad gate: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
+
+
+def _parse_serve(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--serve expects KEY=VALUE (a ServeConfig field), got '{item}'")
+        out[key.strip().replace("-", "_")] = value
+    return out
+
+
+@app.command("eval")
+def eval_command(
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder (its tokenizer is used; results are stored in it)."),
+    tasks: str = typer.Option(..., "--tasks", "-t", help="Comma-separated tasks and/or suites (quick, openllm); see `quantkit eval-tasks`."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Items per task (per subtask for mmlu); replaces a suite's limit."),
+    num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", help="Few-shot examples; replaces the task's / suite's default."),
+    url: Optional[str] = typer.Option(None, "--url", help="Use this running OpenAI-compatible server instead of starting vLLM on DIR."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results folder (default DIR/quantkit-eval)."),
+    chat_template: bool = typer.Option(False, "--chat-template", help="Apply the tokenizer's chat template (few-shot as multi-turn)."),
+    max_gen_toks: Optional[int] = typer.Option(None, "--max-gen-toks", help="Cap on generated tokens for generate-until tasks (gsm8k); lm-eval's default is 256."),
+    concurrency: int = typer.Option(4, "--concurrency", help="Concurrent requests lm-eval keeps in flight."),
+    serve: List[str] = typer.Option([], "--serve", help="ServeConfig field for the vLLM server, KEY=VALUE (repeatable)."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline eval results .json, or a checkpoint folder with results, for recovery."),
+    min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: minimum average recovery over accuracy tasks (exit 3 below it)."),
+    min_task_recovery: Optional[float] = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task."),
+    gate: List[str] = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable)."),
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Run lm-eval tasks against DIR served by vLLM; store scores in DIR/quantkit-eval/."""
+    out_mode = mode(json, quiet)
+
+    def body():
+        from .. import evals_core
+
+        gates = _parse_gates(min_recovery, min_task_recovery, gate)
+        if gates is not None and baseline is None:
+            raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
+        if concurrency < 1:
+            raise UsageError(f"--concurrency must be >= 1, got {concurrency}")
+        if baseline is not None:
+            # Fail before an hour of evaluation, not after it.
+            path = Path(baseline).expanduser()
+            if path.is_file():
+                evals_core.EvalRun.read(path)
+            elif not evals_core.list_results(path):
+                raise UsageError(f"baseline {baseline} is neither an eval results .json nor a checkpoint folder with results")
+        run = evals_core.run_eval(
+            model_dir, tasks, limit=limit, num_fewshot=num_fewshot, url=url, output_dir=output,
+            chat_template=chat_template, max_gen_toks=max_gen_toks, num_concurrent=concurrency,
+            serve=_parse_serve(serve),
+        )
+        result: dict[str, Any] = {"run": run, "recovery": None}
+        if baseline is None:
+            return result
+        base = evals_core.load_baseline(baseline, like=run)
+        report = evals_core.compare_to_baseline(run, base, gates, raise_on_fail=False)
+        result["recovery"] = report
+        if not report.passed:
+            emit(_jsonable(result), out_mode, _print_result)
+            raise GateFailed(evals_core.gate_failure_message(report))
+        return result
+
+    run_command(lambda: _jsonable(body()), out_mode, _print_result)
+
+
+def _jsonable(result: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v) for k, v in result.items()}
+
+
+def _fmt(value: float | None, stderr: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.4f}" + (f" ± {stderr:.4f}" if stderr is not None else "")
+
+
+def _print_result(result: dict[str, Any]) -> None:
+    run = result["run"]
+    table = Table("task", "n-shot", "items", "metric", "score", "time", title=run["model_dir"], title_justify="left")
+    for t in run["tasks"]:
+        m = t["metrics"][t["primary_metric"]]
+        items = f"{t['n_samples']}/{t['n_available']}"
+        table.add_row(t["task"] + (" *" if t["data"]["note"] else ""), str(t["n_shot"]), items,
+                      t["primary_metric"].replace(",none", ""), _fmt(m["value"], m["stderr"]), f"{t['wall_time_s']:.0f} s")
+    stdout.print(table)
+    for t in run["tasks"]:
+        if t["data"]["note"]:
+            stdout.print(f"* {t['task']}: {t['data']['note']}")
+    stdout.print(f"results: {run['results_file']}")
+    report = result.get("recovery")
+    if not report:
+        return
+    rec = Table("task", "metric", "quantized", "baseline", "recovery", title=f"recovery vs {report['baseline_file']}", title_justify="left")
+    for r in report["tasks"]:
+        rec.add_row(r["task"], r["metric"].replace(",none", ""), _fmt(r["quantized"], r["quantized_stderr"]),
+                    _fmt(r["baseline"], r["baseline_stderr"]), _fmt(r["recovery"], r["recovery_stderr"]))
+    rec.add_row("average", "", "", "", _fmt(report["mean_recovery"], report["mean_recovery_stderr"]))
+    stdout.print(rec)
+    for g in report["gates"]:
+        status = "[green]pass[/green]" if g["passed"] else "[red]FAIL[/red]"
+        value = "undefined" if g["value"] is None else f"{g['value']:.4f}"
+        stdout.print(f"gate {g['gate']} {g['task'] or 'average'}: {value} >= {g['threshold']:g} {status}")
+
+
+@app.command("eval-tasks")
+def eval_tasks(json: bool = JSON, quiet: bool = QUIET) -> None:
+    """List the evaluation tasks and suites quantkit knows."""
+
+    def body():
+        from ..evals_tasks import registry, suites
+
+        return {
+            "tasks": [{"name": t.name, "stock": t.stock, "metric": t.metric, "higher_is_better": t.higher_is_better,
+                       "offline_note": t.offline_note} for t in registry().values()],
+            "suites": [{"name": s.name, "description": s.description,
+                        "tasks": [e.model_dump() for e in s.tasks]} for s in suites().values()],
+        }
+
+    def human(data):
+        table = Table("task", "lm-eval template", "headline metric")
+        for t in data["tasks"]:
+            table.add_row(t["name"], t["stock"], t["metric"].replace(",none", ""))
+        stdout.print(table)
+        for s in data["suites"]:
+            parts = ", ".join(
+                f"{e['task']} {e['num_fewshot'] if e['num_fewshot'] is not None else 'default'}-shot"
+                + (f" x{e['limit']}" if e["limit"] else "")
+                for e in s["tasks"]
+            )
+            stdout.print(f"[bold]{s['name']}[/bold]: {parts}")
+
+    run_command(body, mode(json, quiet), human)
