@@ -33,7 +33,7 @@ import threading
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -608,3 +608,14 @@ class RemoteServer:
 
 def attach(url: str, model_name: str | None = None) -> RemoteServer:
     return RemoteServer(url, model_name)
+
+
+def serve_forever(server: VLLMServer, on_ready: Callable[[VLLMServer], None] | None = None) -> ServerInfo:
+    """`quantkit serve`: start, report, and wait until Ctrl-C/SIGTERM (clean stop) or the server
+    exits on its own (an error with vLLM's reason)."""
+    with server:
+        if on_ready is not None:
+            on_ready(server)
+        while server.alive():
+            time.sleep(0.5)
+        raise BackendError(f"the vLLM server stopped ({server.exit_reason()}); log: {server.log_path}")

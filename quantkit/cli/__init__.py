@@ -37,6 +37,7 @@ def _root(
 
 # Command modules (each adds its commands to `app`).
 from . import convert  # noqa: E402,F401
+from . import bench  # noqa: E402,F401
 from . import eval as _eval  # noqa: E402,F401
 
 

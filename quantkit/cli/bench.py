@@ -1,0 +1,266 @@
+"""`quantkit serve`, `quantkit bench`, `quantkit tune`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich import box
+from rich.table import Table
+
+from ..console import run_command, stderr, stdout
+from . import app
+from .options import JSON, QUIET, mode
+
+# Serving knobs: the same options on every command that starts a server.
+QUANT = typer.Option(None, "--quantization", help="vLLM --quantization (default: vLLM detects it from the checkpoint).")
+GPU_MEM = typer.Option(None, "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (GPU only).")
+MAX_SEQS = typer.Option(None, "--max-num-seqs", help="Most sequences per scheduler step.")
+MAX_BATCHED = typer.Option(None, "--max-num-batched-tokens", help="Most tokens per scheduler step.")
+BLOCK = typer.Option(None, "--block-size", help="KV-cache block size in tokens.")
+CHUNKED = typer.Option(None, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="Chunked prefill (default: vLLM's).")
+MAX_LEN = typer.Option(2048, "--max-model-len", help="Context length the server accepts.")
+KV_DTYPE = typer.Option(None, "--kv-cache-dtype", help="KV-cache dtype (auto, fp8, ...).")
+TP = typer.Option(None, "--tensor-parallel-size", help="Tensor-parallel GPUs.")
+PP = typer.Option(None, "--pipeline-parallel-size", help="Pipeline-parallel stages.")
+DEB = typer.Option(None, "--distributed-executor-backend", help="mp, ray (multi-node), uni.")
+LOAD_FORMAT = typer.Option(None, "--load-format", help="vLLM --load-format (dummy: random weights, for speed work).")
+EAGER = typer.Option(False, "--enforce-eager", help="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")
+SERVE_ARG = typer.Option(None, "--serve-arg", help="Any other `vllm serve` flag as NAME=VALUE (or NAME); repeatable.")
+PORT = typer.Option(None, "--port", help="Port for the server (default: a free one).")
+STARTUP = typer.Option(600.0, "--startup-timeout", help="Seconds to wait for the server to become ready.")
+
+
+def _config(serve_arg, **knobs):
+    from ..engine import ServeConfig
+
+    return ServeConfig.from_options(serve_arg or [], **knobs)
+
+
+def _csv(text: Optional[str], cast, name: str):
+    if text is None:
+        return None
+    from ..errors import UsageError
+
+    try:
+        values = [cast(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"bad {name} '{text}': expected comma-separated numbers like 1,4,16") from None
+    if not values:
+        raise UsageError(f"bad {name} '{text}': no values")
+    return values
+
+
+@app.command()
+def serve(
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
+    port: Optional[int] = PORT,
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
+    quantization: Optional[str] = QUANT, gpu_memory_utilization: Optional[float] = GPU_MEM,
+    max_num_seqs: Optional[int] = MAX_SEQS, max_num_batched_tokens: Optional[int] = MAX_BATCHED,
+    block_size: Optional[int] = BLOCK, enable_chunked_prefill: Optional[bool] = CHUNKED,
+    max_model_len: Optional[int] = MAX_LEN, kv_cache_dtype: Optional[str] = KV_DTYPE,
+    tensor_parallel_size: Optional[int] = TP, pipeline_parallel_size: Optional[int] = PP,
+    distributed_executor_backend: Optional[str] = DEB, load_format: Optional[str] = LOAD_FORMAT,
+    enforce_eager: bool = EAGER, serve_arg: Optional[list[str]] = SERVE_ARG,
+    startup_timeout: float = STARTUP,
+    json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Serve MODEL_DIR with vLLM in the foreground until Ctrl-C (which stops it cleanly)."""
+    from ..engine import VLLMServer, serve_forever
+
+    def body():
+        config = _config(
+            serve_arg, quantization=quantization, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+            enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+            distributed_executor_backend=distributed_executor_backend, load_format=load_format,
+            enforce_eager=enforce_eager or None,
+        )
+        server = VLLMServer(model_dir, config, port=port, host=host, startup_timeout=startup_timeout)
+        return serve_forever(server, on_ready=lambda s: _print_ready(s, json))
+
+    run_command(body, mode(json, quiet))
+
+
+def _print_ready(server, as_json: bool) -> None:
+    import json as _json
+
+    i = server.info
+    if as_json:
+        print(_json.dumps(i.model_dump(mode="json")), flush=True)
+        return
+    stdout.print(f"serving [bold]{i.model_name}[/bold] at {server.api_url} (vLLM {i.vllm_version}, ready in {i.startup_s:.1f} s)")
+    if i.kv_cache_tokens:
+        stdout.print(f"KV cache {i.kv_cache_tokens:,} tokens, max concurrency {i.max_concurrency}x at max-model-len")
+    for line in i.quant_lines:
+        stdout.print(f"  {line}")
+    stdout.print(f"log: {i.log_path}\nCtrl-C to stop")
+
+
+@app.command()
+def bench(
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder (its tokenizer builds the prompts; results go beside it)."),
+    concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c", help="Comma-separated concurrencies (default 1,4,16)."),
+    rate: Optional[str] = typer.Option(None, "--rate", help="Comma-separated Poisson request rates (req/s)."),
+    sweep: bool = typer.Option(False, "--sweep", help="Find the knee: the concurrency past which throughput stops paying."),
+    sweep_max: int = typer.Option(128, "--sweep-max", help="Highest concurrency a --sweep may try."),
+    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (exact)."),
+    output_len: int = typer.Option(64, "--output-len", help="Generated tokens per request (exact: ignore_eos)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests per point (default 4 x concurrency, min 8)."),
+    dataset: Optional[Path] = typer.Option(None, "--dataset", help="JSONL file of prompts (field prompt/text/messages) instead of random ones."),
+    api: str = typer.Option("completions", "--api", help="completions or chat."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05 (seconds; ms suffix allowed)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),
+    warmup: int = typer.Option(2, "--warmup", help="Warm-up requests before measuring (excluded)."),
+    url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
+    results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
+    port: Optional[int] = PORT,
+    quantization: Optional[str] = QUANT, gpu_memory_utilization: Optional[float] = GPU_MEM,
+    max_num_seqs: Optional[int] = MAX_SEQS, max_num_batched_tokens: Optional[int] = MAX_BATCHED,
+    block_size: Optional[int] = BLOCK, enable_chunked_prefill: Optional[bool] = CHUNKED,
+    max_model_len: Optional[int] = MAX_LEN, kv_cache_dtype: Optional[str] = KV_DTYPE,
+    tensor_parallel_size: Optional[int] = TP, pipeline_parallel_size: Optional[int] = PP,
+    distributed_executor_backend: Optional[str] = DEB, load_format: Optional[str] = LOAD_FORMAT,
+    enforce_eager: bool = EAGER, serve_arg: Optional[list[str]] = SERVE_ARG,
+    startup_timeout: float = STARTUP,
+    json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Serve MODEL_DIR in vLLM (or use --url), run load points, print latency/throughput, store JSON."""
+    from ..bench import run_bench
+    from ..errors import UsageError
+    from ..loadgen import parse_slo
+
+    def body():
+        if api not in ("completions", "chat"):
+            raise UsageError(f"--api must be completions or chat, not '{api}'")
+        parsed_slo = parse_slo(slo)
+        config = _config(
+            serve_arg, quantization=quantization, gpu_memory_utilization=gpu_memory_utilization,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
+            enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
+            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
+            distributed_executor_backend=distributed_executor_backend, load_format=load_format,
+            enforce_eager=enforce_eager or None,
+        )
+        return run_bench(
+            model_dir, concurrency=_csv(concurrency, int, "--concurrency"), rate=_csv(rate, float, "--rate"),
+            sweep=sweep, sweep_max=sweep_max, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
+            url=url, config=config, port=port, slo=parsed_slo, seed=seed, warmup_requests=warmup, dataset=dataset,
+            api=api, startup_timeout=startup_timeout, out_dir=results_dir, on_point=None if json or quiet else _progress,
+        )
+
+    run_command(body, mode(json, quiet), _print_run)
+
+
+def _ms(stats, stat: str) -> str:
+    return f"{stats.get(stat) * 1000:.0f}" if stats is not None else "-"
+
+
+def _num(x: float) -> str:
+    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+
+
+def _point_row(p) -> list[str]:
+    load = f"c={p.concurrency}" if p.profile == "concurrency" else f"{p.rate:g}/s"
+    slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
+    return [
+        load + (" partial" if p.partial else ""), str(p.num_requests), str(p.failures),
+        _num(p.output_tok_s), _num(p.total_tok_s), f"{p.req_s:.2f}",
+        _ms(p.ttft, "p50"), _ms(p.ttft, "p95"), _ms(p.itl, "p50"), _ms(p.itl, "p95"), _ms(p.tpot, "p50"),
+        f"{p.e2e.p50:.2f}" if p.e2e else "-", slo,
+    ]
+
+
+_HEADER = ["load", "reqs", "fail", "out\ntok/s", "total\ntok/s", "req/s", "TTFT\np50", "TTFT\np95",
+           "ITL\np50", "ITL\np95", "TPOT\np50", "E2E\np50", "SLO"]
+
+
+def _table(*columns, title=None) -> Table:
+    # 13 columns must fit 80-column terminals and pipes: no box, one space between columns
+    return Table(*columns, title=title, box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False,
+                 caption="latencies in ms, E2E in s", caption_justify="left")
+
+
+def _progress(point) -> None:
+    row = _point_row(point)
+    stderr.print(
+        f"  {row[0]}: {row[3]} out tok/s, TTFT p50 {row[6]} ms, TPOT p50 {row[10]} ms, "
+        f"{point.successes} ok, {point.failures} failed"
+    )
+
+
+def _print_run(run) -> None:
+    s = run.server
+    title = f"{run.model_name} ({run.checkpoint.get('method', '?')})"
+    if s is not None:
+        title += f" on vLLM {s.vllm_version or '?'}" + (f", started in {s.startup_s:.1f} s" if s.startup_s else "")
+    table = _table(*_HEADER, title=title)
+    for p in run.points:
+        table.add_row(*_point_row(p))
+    stdout.print(table)
+    if s is not None and s.quant_lines:
+        stdout.print("kernels: " + "; ".join(s.quant_lines))
+    if run.knee is not None:
+        k = run.knee
+        where = {"saturated": f"throughput gains < {k.min_gain:.0%} per doubling past it",
+                 "slo": f"the SLO ({run.slo}) breaks above it",
+                 "slo_at_min": f"the SLO ({run.slo}) fails even at concurrency 1",
+                 "not_reached": "throughput still grew at the top of the sweep"}[k.reason]
+        knee = "none" if k.knee is None else f"concurrency {k.knee:g}"
+        stdout.print(f"knee: {knee} ({where}; {len(k.measured)} points measured)")
+    stdout.print(f"results: {run.path}")
+
+
+@app.command()
+def tune(
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05; the best config must meet it."),
+    knob: Optional[list[str]] = typer.Option(None, "--knob", help="Grid of one knob, NAME=V1,V2 (e.g. max-num-seqs=8,32); repeatable; replaces the default grid."),
+    full_grid: bool = typer.Option(False, "--full-grid", help="Every combination instead of one knob at a time."),
+    max_configs: int = typer.Option(6, "--max-configs", help="Most configurations (servers) to try."),
+    concurrency: int = typer.Option(16, "--concurrency", "-c", help="Load at which configurations are compared."),
+    input_len: int = typer.Option(128, "--input-len"),
+    output_len: int = typer.Option(64, "--output-len"),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n"),
+    seed: int = typer.Option(0, "--seed"),
+    quantization: Optional[str] = QUANT, max_model_len: Optional[int] = MAX_LEN,
+    kv_cache_dtype: Optional[str] = KV_DTYPE, load_format: Optional[str] = LOAD_FORMAT,
+    enforce_eager: bool = EAGER, serve_arg: Optional[list[str]] = SERVE_ARG,
+    startup_timeout: float = STARTUP,
+    json: bool = JSON, quiet: bool = QUIET,
+) -> None:
+    """Sweep serving knobs (one server per configuration) and print the best under the SLO."""
+    from ..bench import parse_grid, tune as do_tune
+    from ..loadgen import parse_slo
+
+    def body():
+        parsed_slo = parse_slo(slo)
+        base = _config(serve_arg, quantization=quantization, max_model_len=max_model_len,
+                       kv_cache_dtype=kv_cache_dtype, load_format=load_format, enforce_eager=enforce_eager or None)
+        grid = parse_grid(knob) if knob else None
+        return do_tune(model_dir, slo=parsed_slo, base=base, grid=grid, full_grid=full_grid, max_configs=max_configs,
+                       concurrency=concurrency, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
+                       seed=seed, startup_timeout=startup_timeout)
+
+    run_command(body, mode(json, quiet), _print_tune)
+
+
+def _print_tune(result) -> None:
+    table = _table("config", "start s", *_HEADER[3:], title=f"tune at concurrency {result.workload['concurrency']}"
+                  + (f", SLO {result.slo}" if result.slo else ""))
+    for e in result.entries:
+        best = " *" if result.best is not None and e.label == result.best.label else ""
+        if e.point is None:
+            table.add_row(e.label + best, "-", f"error: {e.error}", *[""] * (len(_HEADER) - 4))
+        else:
+            table.add_row(e.label + best, f"{e.startup_s:.0f}" if e.startup_s else "-", *_point_row(e.point)[3:])
+    stdout.print(table)
+    if result.best is not None:
+        stdout.print(f"best ({result.best_reason}): {result.best.label}")
+        stdout.print(result.best.command)
+    else:
+        stdout.print(f"no best configuration: {result.best_reason}")
+    stdout.print(f"results: {result.path}")
