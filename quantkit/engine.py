@@ -192,6 +192,7 @@ class ServerInfo(BaseModel):
     max_concurrency: float | None = None  # vLLM's "Maximum concurrency for N tokens per request"
     quant_lines: list[str] = Field(default_factory=list)  # kernels / schemes vLLM chose
     log_path: str | None = None
+    pid: int | None = None  # the server's process and process-group id (None for --url)
     remote: bool = False
 
 
@@ -247,7 +248,12 @@ def failure_reason(log_text: str) -> str:
         if not m or _GENERIC.search(m.group(2)):
             continue
         message = m.group(2).strip()
-        if message.endswith(":"):
+        if re.match(r"\d+ validation errors? for", message) and index + 1 < len(lines):
+            # pydantic puts the reason on the next line: "Value error, <reason> [type=...]"
+            detail = re.sub(r"^Value error, ", "", re.sub(r"\s*\[type=.*$", "", lines[index + 1]))
+            detail = re.sub(r"Supported architectures: dict_keys\(.*$", "(the log lists the supported ones)", detail)
+            message = f"{message}: {detail}"
+        elif message.endswith(":"):
             # "Reasons:" and the like: the reasons follow on their own lines; keep them on this one
             tail = []
             for follow in lines[index + 1 : index + 6]:
@@ -255,11 +261,16 @@ def failure_reason(log_text: str) -> str:
                     break
                 tail.append(follow)
             message = f"{message} {'; '.join(tail)}"
-        return f"{m.group(1).rsplit('.', 1)[-1]}: {message}"[:600]
+        return _clip(f"{m.group(1).rsplit('.', 1)[-1]}: {message}")
     for ln in reversed(log_text.splitlines()):
         if " ERROR " in ln or ln.startswith("ERROR"):
-            return _LOG_PREFIX.sub("", ln).strip()[:600]
-    return lines[-1][:600] if lines else "no output"
+            return _clip(_LOG_PREFIX.sub("", ln).strip())
+    return _clip(lines[-1]) if lines else "no output"
+
+
+def _clip(text: str, limit: int = 500) -> str:
+    # one readable line: vLLM lists e.g. every supported architecture (several KB) in one message
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------------------------
@@ -445,6 +456,7 @@ class VLLMServer:
             serve_config=self.config.model_dump(mode="json"),
             startup_s=round(time.monotonic() - started, 2),
             log_path=str(self.log_path),
+            pid=self.pgid,
             **parse_log(log_text),
         )
         log_info(

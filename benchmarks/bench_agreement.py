@@ -1,0 +1,101 @@
+"""Does quantkit's load generator agree with vLLM's own benchmark on the same server and workload?
+
+One vLLM server; then, interleaved `--repeats` times, `vllm bench serve` (run from the vLLM
+environment) and `quantkit bench --url` with the same random workload (input/output length,
+ignore_eos, number of prompts, concurrency). Prints output tok/s, median TPOT and median TTFT of
+both and the ratios quantkit / vLLM (goal 0.90-1.10 on the CPU, 0.95-1.05 on a GPU). Interleaving
+spreads drift from other load on the machine over both tools.
+
+    .venv/bin/python benchmarks/bench_agreement.py [MODEL_DIR] [--concurrency 4] [--num-prompts 32]
+
+A script, not a test: its figures go in the issue note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from quantkit import models
+from quantkit.engine import ServeConfig, VLLMServer, serve_env, vllm_command
+
+
+def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int) -> dict:
+    name = f"vllm-{index}.json"
+    cmd = [
+        *vllm_command(), "bench", "serve", "--backend", "vllm", "--base-url", server.url,
+        "--model", str(model_dir), "--served-model-name", server.model_name, "--tokenizer", str(model_dir),
+        "--dataset-name", "random", "--random-input-len", str(args.input_len),
+        "--random-output-len", str(args.output_len), "--ignore-eos", "--num-prompts", str(args.num_prompts),
+        "--max-concurrency", str(args.concurrency), "--request-rate", "inf", "--seed", str(index),
+        "--num-warmups", "2", "--disable-tqdm",
+        "--save-result", "--result-dir", str(out_dir), "--result-filename", name,
+    ]
+    done = subprocess.run(cmd, env=serve_env(), capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"vllm bench serve failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    data = json.loads((out_dir / name).read_text())
+    return {"output_tok_s": data["output_throughput"], "tpot_ms": data["median_tpot_ms"],
+            "ttft_ms": data["median_ttft_ms"], "completed": data["completed"]}
+
+
+def quantkit_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int) -> dict:
+    cmd = [
+        sys.executable, "-m", "quantkit", "bench", str(model_dir), "--url", server.url,
+        "-c", str(args.concurrency), "-n", str(args.num_prompts), "--input-len", str(args.input_len),
+        "--output-len", str(args.output_len), "--warmup", "2", "--seed", str(100 + index),
+        "--results-dir", str(out_dir), "--json",
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"quantkit bench failed:\n{done.stderr[-3000:]}")
+    (point,) = json.loads(done.stdout)["points"]
+    return {"output_tok_s": point["output_tok_s"], "tpot_ms": point["tpot"]["p50"] * 1000,
+            "ttft_ms": point["ttft"]["p50"] * 1000, "completed": point["successes"]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model_dir", nargs="?", help="checkpoint (default: the built-in smollm2-135m)")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--input-len", type=int, default=128)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--compiled", action="store_true", help="torch.compile (slower start) instead of --enforce-eager")
+    args = parser.parse_args()
+    model_dir = Path(args.model_dir).absolute() if args.model_dir else models.resolve("smollm2-135m").path
+
+    rows = {"vllm bench serve": [], "quantkit bench": []}
+    with tempfile.TemporaryDirectory() as tmp, VLLMServer(model_dir, ServeConfig(enforce_eager=not args.compiled)) as server:
+        out = Path(tmp)
+        for i in range(args.repeats):
+            rows["vllm bench serve"].append(vllm_bench(server, model_dir, args, out, i))
+            rows["quantkit bench"].append(quantkit_bench(server, model_dir, args, out, i))
+            print(f"repeat {i + 1}: vllm {rows['vllm bench serve'][-1]}  quantkit {rows['quantkit bench'][-1]}",
+                  file=sys.stderr, flush=True)
+        info = server.info
+
+    med = {tool: {k: statistics.median(r[k] for r in runs) for k in ("output_tok_s", "tpot_ms", "ttft_ms")}
+           for tool, runs in rows.items()}
+    print(f"model {model_dir.name}, vLLM {info.vllm_version}, {'compiled' if args.compiled else 'eager'}, "
+          f"server ready in {info.startup_s:.1f} s; workload: concurrency {args.concurrency}, "
+          f"{args.num_prompts} prompts, {args.input_len} in / {args.output_len} out, ignore_eos; "
+          f"median of {args.repeats} interleaved repeats")
+    print(f"{'':18} {'output tok/s':>13} {'median TPOT ms':>15} {'median TTFT ms':>15}")
+    for tool, m in med.items():
+        print(f"{tool:18} {m['output_tok_s']:13.2f} {m['tpot_ms']:15.2f} {m['ttft_ms']:15.2f}")
+    v, q = med["vllm bench serve"], med["quantkit bench"]
+    ratios = {k: q[k] / v[k] for k in v}
+    print(f"{'ratio q/v':18} {ratios['output_tok_s']:13.3f} {ratios['tpot_ms']:15.3f} {ratios['ttft_ms']:15.3f}")
+    ok = all(0.90 <= r <= 1.10 for r in ratios.values())
+    print("agreement within 0.90-1.10: " + ("yes" if ok else "NO"))
+
+
+if __name__ == "__main__":
+    main()

