@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -49,6 +50,25 @@ def step(message: str) -> Iterator[None]:
         info(f"{message} ...")
         yield
     info(f"{message}: done in {time.monotonic() - start:.1f} s")
+
+
+@contextlib.contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """Send everything written to stdout (fd 1) to stderr while a library runs.
+
+    llm-compressor logs to stdout through loguru (which keeps its own reference to the original
+    stream) and tqdm/C code may too; stdout must carry only the command's data (`--json`), so
+    the redirection is done on the file descriptor, not on sys.stdout.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def to_jsonable(value: Any) -> Any:

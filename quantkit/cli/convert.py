@@ -27,6 +27,7 @@ def convert(
     group_size: Optional[int] = typer.Option(None, "--group-size", help="Preferred group size for grouped schemes."),
     backend: Optional[str] = typer.Option(None, "--backend", help="Quantization backend (default llmcompressor)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
+    verify: bool = typer.Option(False, "--verify", help="Then load the output in vLLM and generate a few tokens."),
     json: bool = JSON,
     quiet: bool = QUIET,
 ) -> None:
@@ -42,7 +43,7 @@ def convert(
         "backend": backend,
     }
     run_command(
-        lambda: do_convert(model, method, output, recipe, overrides, force),
+        lambda: do_convert(model, method, output, recipe, overrides, force, verify),
         mode(json, quiet),
         _print_record,
     )
@@ -62,6 +63,10 @@ def _print_record(record) -> None:
         ("wall time", f"{record.wall_time_s:.1f} s (quantizer {record.quantize_time_s:.1f} s)"),
         ("peak RSS", f"{record.peak_rss_mb:.0f} MB"),
     ]
+    if record.vllm_check:
+        check = record.vllm_check
+        rows.append(("vLLM", f"loads and generates (vLLM {check.get('vllm')}, {check.get('load_s')} s to load)"
+                     if check["ok"] else f"does not load: {check['error']}"))
     for key, value in rows:
         table.add_row(f"[bold]{key}[/bold]", str(value))
     stdout.print(table)
@@ -86,3 +91,16 @@ def list_recipes(json: bool = JSON, quiet: bool = QUIET) -> None:
         stdout.print(table)
 
     run_command(body, mode(json, quiet), human)
+
+
+@app.command()
+def setup(
+    backend: str = typer.Option(..., "--backend", help="Backend to set up in its own environment (gptqmodel, autoawq, optimum, auto-gptq)."),
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Create the environment of a quantization backend that cannot share quantkit's (.venv-NAME)."""
+    from ..quantize.external import setup_backend
+
+    run_command(lambda: {"backend": backend, "python": str(setup_backend(backend))}, mode(json, quiet),
+                lambda r: stdout.print(f"{r['backend']} ready: {r['python']}"))

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import models, recipe as recipes, settings
-from ..console import info
-from ..errors import UsageError
+from ..console import info, step, stdout_to_stderr
+from ..errors import BackendError, UsageError
 from ..registry import BACKENDS
 from .record import ConvertRecord, SourceModel, dir_size, hardware
 
@@ -56,6 +56,7 @@ def convert(
     recipe: str | None = None,
     overrides: dict[str, Any] | None = None,
     force: bool = False,
+    verify: bool = False,
 ) -> ConvertRecord:
     started = time.monotonic()
     resolved, chosen = plan(model, method, recipe, overrides)
@@ -74,7 +75,8 @@ def convert(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        result = backend.quantize(resolved, chosen, tmp)
+        with stdout_to_stderr():
+            result = backend.quantize(resolved, chosen, tmp)
         peak_rss_mb = result.peak_rss_mb or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         record = ConvertRecord(
             method=chosen.method,
@@ -104,7 +106,35 @@ def convert(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     info(f"wrote {out} ({record.size_bytes / 1e6:.1f} MB) in {record.wall_time_s:.1f} s")
+    if verify:
+        _verify(record, out)
     return record
+
+
+def _verify(record: ConvertRecord, out: Path) -> None:
+    """Load the written checkpoint in vLLM; record the verdict; fail (keeping the checkpoint) if it does not load."""
+    from .verify import verify_in_vllm
+
+    with step("checking that vLLM loads and generates from it"):
+        result = verify_in_vllm([out])[0]
+    result["vllm"] = _vllm_version()
+    record.vllm_check = result
+    record.write(out)
+    if not result["ok"]:
+        raise BackendError(
+            f"the checkpoint was written to {out}, but vLLM {result['vllm']} cannot load it: {result['error']}"
+        )
+
+
+def _vllm_version() -> str:
+    import subprocess
+
+    python = settings.backend_python("vllm")
+    if python is None:
+        return "unknown"
+    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return proc.stdout.strip() or "unknown"
 
 
 def _replace(tmp: Path, out: Path) -> None:

@@ -68,3 +68,34 @@ def choose_group_size(linear_inputs: dict[str, int], preferred: int, auto: bool,
         f"no group size between {minimum} and {preferred} divides every quantized layer's input size "
         f"({first}: {linear_inputs[first]}); add such layers to --ignore or use a per-channel method (int8, fp8, w8a16)"
     )
+
+
+def resolve_group_size(model, recipe: Recipe) -> int | None:
+    """The group size a recipe gets on this model (None for per-channel / unquantized schemes)."""
+    import torch
+    from compressed_tensors.quantization import preset_name_to_scheme
+
+    from ..console import info
+
+    weights = preset_name_to_scheme(recipe.scheme, ["Linear"]).weights
+    if weights is None or weights.strategy != "group" or recipe.group_size is None:
+        return None
+    inputs = {
+        name: module.in_features
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear) and not is_ignored(name, recipe.ignore)
+    }
+    chosen = choose_group_size(inputs, recipe.group_size, recipe.auto_group)
+    if chosen != recipe.group_size:
+        info(f"group size {recipe.group_size} does not divide every layer's input size; using {chosen}")
+    return chosen
+
+
+def meta_model(path: Path):
+    """The model's module tree without weights (for shape checks before a subprocess backend)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)

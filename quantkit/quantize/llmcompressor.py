@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..console import info, step
+from ..console import step
 from ..errors import BackendError, SetupError
 from ..models import ResolvedModel
 from ..recipe import Recipe
 from . import calibration
-from .base import BackendResult, choose_group_size, is_ignored
+from .base import BackendResult, resolve_group_size
 from .record import package_versions
 
 
@@ -43,7 +43,7 @@ class LLMCompressorBackend:
             model = AutoModelForCausalLM.from_pretrained(model_ref.path, dtype=getattr(torch, compute_dtype))
             model.eval()
 
-        group_size = self._group_size(model, recipe, torch)
+        group_size = resolve_group_size(model, recipe)
         modifiers = build_modifiers(recipe, group_size)
         calib_info = None
         dataset = None
@@ -99,23 +99,6 @@ class LLMCompressorBackend:
             versions=package_versions("torch", "transformers", "llmcompressor", "compressed-tensors"),
             notes=notes,
         )
-
-    @staticmethod
-    def _group_size(model, recipe: Recipe, torch) -> int | None:
-        from compressed_tensors.quantization import preset_name_to_scheme
-
-        weights = preset_name_to_scheme(recipe.scheme, ["Linear"]).weights
-        if weights is None or weights.strategy != "group" or recipe.group_size is None:
-            return None
-        inputs = {
-            name: module.in_features
-            for name, module in model.named_modules()
-            if isinstance(module, torch.nn.Linear) and not is_ignored(name, recipe.ignore)
-        }
-        chosen = choose_group_size(inputs, recipe.group_size, recipe.auto_group)
-        if chosen != recipe.group_size:
-            info(f"group size {recipe.group_size} does not divide every layer's input size; using {chosen}")
-        return chosen
 
 
 def build_modifiers(recipe: Recipe, group_size: int | None) -> list[Any]:

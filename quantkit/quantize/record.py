@@ -50,6 +50,8 @@ class ConvertRecord(BaseModel):
     output_dir: str
     created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     notes: list[str] = Field(default_factory=list)
+    # `--verify`: did vLLM (which build) load the checkpoint and generate? None = not checked.
+    vllm_check: dict[str, Any] | None = None
 
     def write(self, folder: Path) -> Path:
         path = folder / RECORD_FILE

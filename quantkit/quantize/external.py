@@ -1,0 +1,212 @@
+"""Backends that run in an environment of their own, as a subprocess.
+
+GPTQModel 7.x, AutoAWQ, AutoGPTQ and optimum pin torch/transformers releases that do not fit the
+main environment (llm-compressor's pins), exactly as vLLM does not. quantkit therefore prepares
+the calibration token ids itself, writes them to a JSONL file, and runs a small worker script
+(quantize/workers/<name>.py, standard library + that backend only) with the backend's python:
+QUANTKIT_<NAME>_PYTHON, or the `.venv-<name>` that `quantkit setup --backend NAME` creates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import settings
+from ..console import info, step
+from ..errors import BackendError, SetupError, UsageError
+from ..models import ResolvedModel
+from ..recipe import Recipe
+from . import calibration
+from .base import BackendResult, meta_model, resolve_group_size
+
+WORKERS = Path(__file__).parent / "workers"
+
+
+@dataclass(frozen=True)
+class BackendEnv:
+    """What `quantkit setup --backend NAME` installs (stacks seen working on a 2-core CPU box)."""
+
+    requirements: tuple[str, ...]
+    probe: str  # a module whose import proves the environment works
+    cpu_ok: bool = True
+    env: tuple[tuple[str, str], ...] = ()
+
+
+class ExternalBackend:
+    name: str = ""
+    methods: frozenset[str] = frozenset()
+    setup: BackendEnv
+    worker: str = ""
+    gpu_only_reason: str = ""
+
+    def python(self) -> Path:
+        found = settings.backend_python(self.name)
+        if found is None:
+            raise SetupError(
+                f"backend '{self.name}' is not set up: run `quantkit setup --backend {self.name}` "
+                f"or point QUANTKIT_{self.name.upper().replace('-', '_')}_PYTHON at a python that has it"
+            )
+        return found
+
+    def quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
+        if not self.setup.cpu_ok and not _has_cuda():
+            raise SetupError(f"backend '{self.name}' needs a CUDA GPU: {self.gpu_only_reason}")
+        python = self.python()
+        from transformers import AutoTokenizer
+
+        group_size = resolve_group_size(meta_model(model_ref.path), recipe)
+        calib_info = None
+        work = out_dir / ".quantkit-work"
+        work.mkdir()
+        calib_file = work / "calibration.jsonl"
+        if recipe.needs_calibration and recipe.calibration is not None:
+            calib = recipe.calibration
+            with step(f"preparing {calib.num_samples} calibration samples from {calib.dataset}"):
+                tokenizer = AutoTokenizer.from_pretrained(model_ref.path)
+                calib_set = calibration.load(calib)
+                samples = calibration.tokenize(calib_set, tokenizer, calib.num_samples, calib.seq_len)
+                texts = [tokenizer.decode(s["input_ids"], skip_special_tokens=True) for s in samples]
+                with calib_file.open("w") as fh:
+                    for sample, text in zip(samples, texts):
+                        fh.write(json.dumps({**sample, "text": text}) + "\n")
+            calib_info = {**calib_set.describe(), "num_samples": len(samples), "seq_len": calib.seq_len,
+                          "tokens": sum(len(s["input_ids"]) for s in samples), "seed": calib.seed}
+        spec = {
+            "model": str(model_ref.path),
+            "out": str(out_dir),
+            "method": recipe.method,
+            "bits": 8 if recipe.scheme.startswith("W8") else 4,
+            "group_size": group_size,
+            "symmetric": not recipe.scheme.endswith("_ASYM"),
+            "calibration": str(calib_file) if calib_info else None,
+            "options": recipe.options,
+        }
+        spec_file = work / "spec.json"
+        spec_file.write_text(json.dumps(spec))
+        env = {**os.environ, **dict(self.setup.env), "PYTHONUNBUFFERED": "1"}
+        started = time.monotonic()
+        with step(f"quantizing with {self.name} in its own environment ({python})"):
+            proc = subprocess.run(
+                [str(python), str(WORKERS / self.worker), str(spec_file)],
+                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )
+        elapsed = time.monotonic() - started
+        (work / "worker.log").write_text(proc.stderr)
+        if proc.returncode != 0:
+            reason = _last_error(proc.stderr) or f"exit code {proc.returncode}"
+            raise BackendError(f"{self.name} failed: {reason}")
+        try:
+            result = json.loads(proc.stdout.strip().splitlines()[-1])
+        except (IndexError, json.JSONDecodeError):
+            raise BackendError(f"{self.name} worker printed no result; its log: {work / 'worker.log'}") from None
+        for name in ("calibration.jsonl", "spec.json", "worker.log"):
+            (work / name).unlink(missing_ok=True)
+        work.rmdir()
+        peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+        info(f"{self.name} finished in {elapsed:.1f} s")
+        return BackendResult(
+            group_size=group_size,
+            calibration=calib_info,
+            quantize_time_s=round(result.get("quantize_time_s", elapsed), 2),
+            versions={**result.get("versions", {}), "quantkit": sys.modules["quantkit"].__version__},
+            peak_rss_mb=round(peak, 1),
+            notes=[f"quantized in a separate environment: {python}"],
+        )
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def _last_error(log: str) -> str:
+    for line in reversed(log.strip().splitlines()):
+        line = line.strip()
+        if line and ("Error" in line or "error" in line or "Exception" in line):
+            return line[:300]
+    return log.strip().splitlines()[-1][:300] if log.strip() else ""
+
+
+class GPTQModelBackend(ExternalBackend):
+    name = "gptqmodel"
+    methods = frozenset({"gptq", "awq"})
+    worker = "gptqmodel_worker.py"
+    # 7.6.0 is the newest GPTQModel whose requirements resolve with CPU torch 2.13.0 (FIELD-NOTES).
+    setup = BackendEnv(
+        requirements=("torch==2.13.0", "gptqmodel==7.6.0", "transformers==5.24.0"),
+        probe="gptqmodel",
+        env=(("GPTQMODEL_CPU_WORKERS", "2"),),
+    )
+
+
+class AutoAWQBackend(ExternalBackend):
+    name = "autoawq"
+    methods = frozenset({"awq"})
+    worker = "autoawq_worker.py"
+    setup = BackendEnv(
+        requirements=("torch==2.13.0", "autoawq==0.2.9", "transformers==5.24.0", "datasets==5.2.0"),
+        probe="awq",
+    )
+
+
+class AutoGPTQBackend(ExternalBackend):
+    name = "auto-gptq"
+    methods = frozenset({"gptq"})
+    worker = "autogptq_worker.py"
+    gpu_only_reason = (
+        "AutoGPTQ 0.7.1 refuses to quantize without CUDA and is archived upstream; "
+        "on a CPU use --backend gptqmodel or the default llmcompressor"
+    )
+    setup = BackendEnv(
+        requirements=("auto-gptq==0.7.1", "transformers==4.57.6", "datasets==4.4.2", "peft==0.10.0"),
+        probe="auto_gptq",
+        cpu_ok=False,
+    )
+
+
+class OptimumBackend(ExternalBackend):
+    name = "optimum"
+    methods = frozenset({"gptq"})
+    worker = "optimum_worker.py"
+    # optimum 2.3's GPTQ path runs on GPTQModel
+    setup = BackendEnv(
+        requirements=("torch==2.13.0", "optimum==2.3.0", "gptqmodel==7.6.0", "transformers==5.24.0"),
+        probe="optimum.gptq",
+        env=(("GPTQMODEL_CPU_WORKERS", "2"),),
+    )
+
+
+def setup_backend(name: str) -> Path:
+    """Create `.venv-<name>` beside the main environment and install the backend's stack."""
+    from ..registry import BACKENDS
+
+    backend_cls = BACKENDS.load(BACKENDS.check(name))
+    if not issubclass(backend_cls, ExternalBackend):
+        raise UsageError(f"backend '{name}' runs in the main environment; scripts/setup.sh installs it")
+    target = settings.REPO_ROOT / f".venv-{name}"
+    python = target / "bin" / "python"
+    spec = backend_cls.setup
+    if not python.exists():
+        with step(f"creating {target}"):
+            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
+    with step(f"installing {', '.join(spec.requirements)} into {target} (minutes)"):
+        proc = subprocess.run([str(python), "-m", "pip", "install", "-q", *spec.requirements],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if proc.returncode != 0:
+        raise BackendError(f"installing {name} failed: {_last_error(proc.stdout)}")
+    probe = subprocess.run([str(python), "-c", f"import {spec.probe}"], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, **dict(spec.env)})
+    if probe.returncode != 0:
+        raise BackendError(f"{name} installed but `import {spec.probe}` fails: {_last_error(probe.stderr)}")
+    return python
