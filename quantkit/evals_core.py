@@ -31,9 +31,12 @@ ratio is smaller: the reported one is conservative.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import shutil
+import sys
 import time
 from contextlib import ExitStack
 from datetime import datetime, timezone
@@ -299,24 +302,26 @@ def _metrics(block: dict[str, Any]) -> dict[str, Metric]:
     return out
 
 
-def _evaluate_one(spec: TaskSpec, obj: Any, leaves: dict[str, Any], model_args: dict[str, Any],
-                  tm: Any, chat_template: bool, run_dir: Path) -> dict[str, Any]:
+def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any, chat_template: bool) -> dict[str, Any]:
     import lm_eval
 
     try:
-        results = lm_eval.simple_evaluate(
-            model="local-completions",
-            model_args=model_args,
-            tasks=[obj],
-            num_fewshot=None,  # set per task on the task objects (suites mix n-shots)
-            limit=spec.limit,
-            log_samples=True,
-            bootstrap_iters=BOOTSTRAP_ITERS,
-            apply_chat_template=chat_template,
-            fewshot_as_multiturn=chat_template,
-            task_manager=tm,
-            **SEEDS,
-        )
+        # lm-eval prints some progress with print() ("bootstrapping for stddev: ..."); stdout
+        # carries quantkit's data (--json), so everything lm-eval says goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            results = lm_eval.simple_evaluate(
+                model="local-completions",
+                model_args=model_args,
+                tasks=[obj],
+                num_fewshot=None,  # set per task on the task objects (suites mix n-shots)
+                limit=spec.limit,
+                log_samples=True,
+                bootstrap_iters=BOOTSTRAP_ITERS,
+                apply_chat_template=chat_template,
+                fewshot_as_multiturn=chat_template,
+                task_manager=tm,
+                **SEEDS,
+            )
     except Exception as exc:  # lm-eval/HTTP errors: one line naming the task
         text = " ".join(str(exc).split())[:300]
         raise BackendError(f"lm-eval failed on task '{spec.name}': {type(exc).__name__}: {text}") from exc
@@ -351,95 +356,102 @@ def run_eval(
     out = Path(output_dir).expanduser().resolve() if output_dir else results_dir(model_dir)
     run_dir = out / stamp
     run_dir.mkdir(parents=True, exist_ok=True)
-    data_dir = settings.data_dir()
-    if data_dir is not None:
-        # lm-eval's loaders must not try the Hub for anything when the data is local.
-        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    results_path = out / f"{stamp}.json"
+    try:
+        data_dir = settings.data_dir()
+        if data_dir is not None:
+            # lm-eval's loaders must not try the Hub for anything when the data is local.
+            os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-    with step(f"loading {len(specs)} task(s) ({'offline data' if data_dir else 'Hub datasets'})"):
-        setup = prepare(specs, data_dir, run_dir / "task-configs")
-        tm = task_manager(setup)
-        loaded: dict[str, dict[str, Any]] = {}
-        sizes: dict[str, int] = {}
-        for spec in specs:
-            try:
-                loaded[spec.name] = tm.load([spec.name])
-            except Exception as exc:
-                raise BackendError(
-                    f"could not load task '{spec.name}': {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-                ) from exc
-            sizes[spec.name] = _check_limit(spec, _leaf_tasks(loaded[spec.name]))
-            for leaf in _leaf_tasks(loaded[spec.name]).values():
-                if spec.num_fewshot is not None:
-                    if leaf.get_config("num_fewshot") == 0 and spec.num_fewshot != 0:
-                        # lm-eval would silently keep 0 for tasks pinned at 0-shot (truthfulqa)
-                        raise UsageError(f"task '{spec.name}' is defined zero-shot; --num-fewshot {spec.num_fewshot} does not apply")
-                    leaf.set_config(key="num_fewshot", value=spec.num_fewshot)
+        with step(f"loading {len(specs)} task(s) ({'offline data' if data_dir else 'Hub datasets'})"):
+            setup = prepare(specs, data_dir, run_dir / "task-configs")
+            with contextlib.redirect_stdout(sys.stderr):  # see _evaluate_one
+                tm = task_manager(setup)
+            loaded: dict[str, dict[str, Any]] = {}
+            sizes: dict[str, int] = {}
+            for spec in specs:
+                try:
+                    with contextlib.redirect_stdout(sys.stderr):
+                        loaded[spec.name] = tm.load([spec.name])
+                except Exception as exc:
+                    raise BackendError(
+                        f"could not load task '{spec.name}': {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    ) from exc
+                sizes[spec.name] = _check_limit(spec, _leaf_tasks(loaded[spec.name]))
+                for leaf in _leaf_tasks(loaded[spec.name]).values():
+                    if spec.num_fewshot is not None:
+                        if leaf.get_config("num_fewshot") == 0 and spec.num_fewshot != 0:
+                            # lm-eval would silently keep 0 for tasks pinned at 0-shot (truthfulqa)
+                            raise UsageError(f"task '{spec.name}' is defined zero-shot; --num-fewshot {spec.num_fewshot} does not apply")
+                        leaf.set_config(key="num_fewshot", value=spec.num_fewshot)
 
-    tokenizer = _tokenizer(model_dir)
-    needs_logprobs = any(
-        leaf.get_config("output_type") in LOGLIKELIHOOD_TYPES
-        for result in loaded.values() for leaf in _leaf_tasks(result).values()
-    )
-
-    with ExitStack() as stack:
-        if url:
-            srv = stack.enter_context(_server(model_dir, url, serve))
-        else:
-            with step(f"starting vLLM on {model_dir.name}"):
-                srv = stack.enter_context(_server(model_dir, None, serve))
-        api_url, served = srv.api_url, srv.model_name
-        server = {"url": srv.url, "served_model": served, "started_by_quantkit": not url,
-                  "vllm_version": getattr(srv.info, "vllm_version", None), "info": _jsonable_info(srv.info)}
-        if needs_logprobs:
-            check_logprobs(api_url, served, tokenizer.encode("The capital of France is Paris")[:8])
-
-        model_args = _model_args(served, api_url + "/completions", model_dir, num_concurrent, max_length, max_gen_toks)
-        run = EvalRun(
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            model_dir=str(model_dir),
-            checkpoint=_checkpoint_info(model_dir),
-            server=server,
-            protocol={
-                "backend": "lm-eval local-completions",
-                "model_args": model_args,
-                "num_concurrent": num_concurrent,
-                "max_length": max_length,
-                "tokenized_requests": True,
-                "chat_template": chat_template,
-                "fewshot_as_multiturn": chat_template,
-                "add_bos_token": False,
-                "prefix_token_id": _prefix_token_id(tokenizer),
-                "bootstrap_iters": BOOTSTRAP_ITERS,
-                "seeds": SEEDS,
-                "gen_kwargs": {"max_gen_toks": max_gen_toks} if max_gen_toks is not None else None,
-            },
-            data_dir=str(data_dir) if data_dir else None,
-            versions=_versions(),
-            task_configs_dir=str(run_dir / "task-configs") if data_dir else None,
+        tokenizer = _tokenizer(model_dir)
+        needs_logprobs = any(
+            leaf.get_config("output_type") in LOGLIKELIHOOD_TYPES
+            for result in loaded.values() for leaf in _leaf_tasks(result).values()
         )
-        results_path = out / f"{stamp}.json"
-        defs = registry()
-        for spec in specs:
-            leaves = _leaf_tasks(loaded[spec.name])
-            obj = _top_object(loaded[spec.name], spec.name)
-            shots = sorted({int(leaf.get_config("num_fewshot") or 0) for leaf in leaves.values()})
-            what = f"{spec.name} ({shots[0] if len(shots) == 1 else shots}-shot, "
-            what += f"{spec.limit if spec.limit is not None else 'all'} of {sizes[spec.name]} items"
-            what += f" per subtask x {len(leaves)})" if len(leaves) > 1 else ")"
-            t0 = time.monotonic()
-            with step(f"evaluating {what}"):
-                results = _evaluate_one(spec, obj, leaves, model_args, tm, chat_template, run_dir)
-            run.tasks.append(_task_result(spec, results, leaves, defs[spec.name], setup.sources[spec.name],
-                                          sizes[spec.name], chat_template, run_dir, time.monotonic() - t0))
-            run.wall_time_s = round(time.monotonic() - start, 2)
-            run.write(results_path)  # after every task: a crash keeps what finished
-            primary = run.tasks[-1].primary
-            info(f"{spec.name}: {run.tasks[-1].primary_metric} = {primary.value:.4f}"
-                 + (f" ± {primary.stderr:.4f}" if primary.stderr is not None else ""))
-    run.wall_time_s = round(time.monotonic() - start, 2)
-    run.write(results_path)
-    return run
+
+        with ExitStack() as stack:
+            if url:
+                srv = stack.enter_context(_server(model_dir, url, serve))
+            else:
+                with step(f"starting vLLM on {model_dir.name}"):
+                    srv = stack.enter_context(_server(model_dir, None, serve))
+            api_url, served = srv.api_url, srv.model_name
+            server = {"url": srv.url, "served_model": served, "started_by_quantkit": not url,
+                      "vllm_version": getattr(srv.info, "vllm_version", None), "info": _jsonable_info(srv.info)}
+            if needs_logprobs:
+                check_logprobs(api_url, served, tokenizer.encode("The capital of France is Paris")[:8])
+
+            model_args = _model_args(served, api_url + "/completions", model_dir, num_concurrent, max_length, max_gen_toks)
+            run = EvalRun(
+                created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                model_dir=str(model_dir),
+                checkpoint=_checkpoint_info(model_dir),
+                server=server,
+                protocol={
+                    "backend": "lm-eval local-completions",
+                    "model_args": model_args,
+                    "num_concurrent": num_concurrent,
+                    "max_length": max_length,
+                    "tokenized_requests": True,
+                    "chat_template": chat_template,
+                    "fewshot_as_multiturn": chat_template,
+                    "add_bos_token": False,
+                    "prefix_token_id": _prefix_token_id(tokenizer),
+                    "bootstrap_iters": BOOTSTRAP_ITERS,
+                    "seeds": SEEDS,
+                    "gen_kwargs": {"max_gen_toks": max_gen_toks} if max_gen_toks is not None else None,
+                },
+                data_dir=str(data_dir) if data_dir else None,
+                versions=_versions(),
+                task_configs_dir=str(run_dir / "task-configs") if data_dir else None,
+            )
+            defs = registry()
+            for spec in specs:
+                leaves = _leaf_tasks(loaded[spec.name])
+                obj = _top_object(loaded[spec.name], spec.name)
+                shots = sorted({int(leaf.get_config("num_fewshot") or 0) for leaf in leaves.values()})
+                what = f"{spec.name} ({shots[0] if len(shots) == 1 else shots}-shot, "
+                what += f"{spec.limit if spec.limit is not None else 'all'} of {sizes[spec.name]} items"
+                what += f" per subtask x {len(leaves)})" if len(leaves) > 1 else ")"
+                t0 = time.monotonic()
+                with step(f"evaluating {what}"):
+                    results = _evaluate_one(spec, obj, model_args, tm, chat_template)
+                run.tasks.append(_task_result(spec, results, leaves, defs[spec.name], setup.sources[spec.name],
+                                              sizes[spec.name], chat_template, run_dir, time.monotonic() - t0))
+                run.wall_time_s = round(time.monotonic() - start, 2)
+                run.write(results_path)  # after every task: a crash keeps what finished
+                primary = run.tasks[-1].primary
+                info(f"{spec.name}: {run.tasks[-1].primary_metric} = {primary.value:.4f}"
+                     + (f" ± {primary.stderr:.4f}" if primary.stderr is not None else ""))
+        run.wall_time_s = round(time.monotonic() - start, 2)
+        run.write(results_path)
+        return run
+    except BaseException:
+        if not results_path.exists():  # nothing finished: leave no empty run folder behind
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 def _jsonable_info(value: Any) -> Any:

@@ -172,6 +172,7 @@ def test_limit_larger_than_the_split_is_refused_before_any_server_is_needed(tmp_
     with pytest.raises(UsageError) as err:
         evals_core.run_eval(model, "boolq", limit=5000, url="http://127.0.0.1:9", output_dir=tmp_path / "out")
     assert "--limit 5000 is larger than boolq's validation split (3270 items)" in err.value.one_line()
+    assert list((tmp_path / "out").iterdir()) == []  # a run that finished nothing leaves no folder
 
 
 # ---------------------------------------------------------------------------------------------
