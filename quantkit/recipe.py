@@ -142,13 +142,13 @@ def _line_index(text: str) -> dict[tuple, int]:
     return index
 
 
-def _explain(exc: ValidationError, source: str, lines: dict[tuple, int]) -> str:
+def _explain(exc: ValidationError, source: str, lines: dict[tuple, int], root: type[BaseModel] | None = None) -> str:
     err = exc.errors()[0]
     loc = tuple(err["loc"])
     line = lines.get(loc) or lines.get(loc[:-1]) or 1
     where = ".".join(str(p) for p in loc) or "recipe"
     if err["type"] == "extra_forbidden":
-        model: type[BaseModel] = Recipe
+        model: type[BaseModel] = root or Recipe
         for part in loc[:-1]:
             field = model.model_fields.get(str(part))
             inner = getattr(field, "annotation", None) if field else None

@@ -1,0 +1,141 @@
+"""`quantkit run`, `quantkit demo`, `quantkit compare`, `quantkit runs ls|show|rm`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.table import Table
+
+from ..console import run_command, stdout
+from ..errors import GateFailed
+from . import app
+from .options import JSON, QUIET, mode
+
+runs_app = typer.Typer(help="The result store: list, show and remove stored runs.", no_args_is_help=True)
+app.add_typer(runs_app, name="runs")
+
+
+def _print_summary(summary) -> None:
+    table = Table("variant", "stage", "status", "seconds", "key", "error")
+    for o in summary.outcomes:
+        table.add_row(o.variant, o.kind, o.status, f"{o.seconds:.0f}", o.run_key[:10], o.error or "")
+    stdout.print(table)
+    if summary.report:
+        stdout.print(f"report: {summary.report.get('md')}  {summary.report.get('html')}")
+    stdout.print(f"wall time {summary.wall_time_s:.0f} s; gates: "
+                 + {True: "passed", False: "FAILED", None: "none set"}[summary.gates_passed])
+
+
+def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool) -> None:
+    from ..pipeline import run as run_pipeline
+
+    def body():
+        summary = run_pipeline(recipe, force=force, report_dir=report_dir)
+        if summary.gates_passed is False:
+            if not (json or quiet):
+                _print_summary(summary)
+            raise GateFailed(f"a gate failed; see {summary.report.get('md')} (every result is stored)")
+        return summary
+
+    run_command(body, mode(json, quiet), _print_summary)
+
+
+@app.command()
+def run(
+    recipe: str = typer.Argument(..., help="Run recipe YAML (model, baseline, methods, serve, bench, eval, gates)."),
+    force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
+    report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o", help="Where the report goes (default reports/<model>)."),
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Convert, serve, bench and evaluate every variant of a recipe; resumable; then write the report."""
+    _run(recipe, force, report_dir, json, quiet)
+
+
+@app.command()
+def demo(
+    force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
+    report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o"),
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """The main job on the built-in demo model (recipes/runs/demo.yaml): SmolLM2-135M, bf16 vs INT8 vs GPTQ."""
+    _run("demo", force, report_dir, json, quiet)
+
+
+@app.command()
+def compare(
+    keys: Optional[List[str]] = typer.Argument(None, help="Run keys (prefixes) to compare instead of a whole model."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name as stored (e.g. smollm2-135m)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Report folder (default reports/<model>)."),
+    min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: average recovery at least this."),
+    bandwidth: Optional[float] = typer.Option(None, "--bandwidth-gbs", help="Device memory bandwidth for the batch-1 bound."),
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Write the precision-versus-throughput report (Markdown, HTML, JSON) from the store alone."""
+    from ..compare import compare as do_compare
+    from ..store import Store
+
+    def body():
+        with Store() as store:
+            result = do_compare(store, model=model, keys=keys or None, out_dir=output,
+                                gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth)
+        return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
+                "gates_passed": result["gates_passed"], "variants": result["variants"]}
+
+    def human(r):
+        for v in r["variants"]:
+            stdout.print(f"{v['name']:<12} {v['status']:<8} {v['error'] or ''}")
+        stdout.print(f"report: {r['paths'].get('md')}  {r['paths'].get('html')}")
+
+    run_command(body, mode(json, quiet), human)
+
+
+@runs_app.command("ls")
+def runs_ls(model: Optional[str] = typer.Option(None, "--model", "-m"),
+            kind: Optional[str] = typer.Option(None, "--kind", help="convert, bench or eval."),
+            status: Optional[str] = typer.Option(None, "--status"), json: bool = JSON, quiet: bool = QUIET) -> None:
+    """List stored records."""
+    from ..store import Store
+
+    def body():
+        with Store() as store:
+            return [r.summary() for r in store.records(model=model, kind=kind, status=status)]
+
+    def human(rows):
+        table = Table("key", "model", "variant", "stage", "status", "finished", "error")
+        for r in rows:
+            table.add_row(r["run_key"][:10], r["model"], r["variant"], r["kind"], r["status"],
+                          r["finished_at"] or "", (r["error"] or "")[:60])
+        stdout.print(table)
+
+    run_command(body, mode(json, quiet), human)
+
+
+@runs_app.command("show")
+def runs_show(key: str = typer.Argument(..., help="Run key or prefix."), json: bool = JSON, quiet: bool = QUIET) -> None:
+    """Show one stored record with its parameters and result."""
+    from ..store import Store
+
+    def body():
+        with Store() as store:
+            record = store.get(key)
+            return {**record.summary(), "params": record.params, "result": record.result,
+                    "points": store.points(record.id)}
+
+    run_command(body, mode(json, quiet))
+
+
+@runs_app.command("rm")
+def runs_rm(key: str = typer.Argument(..., help="Run key or prefix."), json: bool = JSON, quiet: bool = QUIET) -> None:
+    """Remove stored records (all attempts of a key); the next `quantkit run` redoes them."""
+    from ..store import Store
+
+    def body():
+        with Store() as store:
+            return {"removed": store.remove(key)}
+
+    run_command(body, mode(json, quiet), lambda r: stdout.print(f"removed {r['removed']} record(s)"))
