@@ -11,7 +11,7 @@ setup:
 	scripts/setup.sh
 
 demo: setup
-	scripts/demo.sh
+	.venv/bin/quantkit demo
 
 test: setup
 	.venv/bin/python -m pytest -ra tests
