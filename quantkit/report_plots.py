@@ -1,0 +1,118 @@
+"""The report's plots (matplotlib, Agg, PNG bytes), drawn from a Report only.
+
+matplotlib is imported here, and this module only by `report.write_report`, so importing quantkit
+stays light. Figures are built with `matplotlib.figure.Figure` (no pyplot): no global state, no
+GUI backend, safe to call from a library.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .report import Report
+
+WIDTH, HEIGHT, DPI = 8.0, 5.0, 110
+
+
+def draw(name: str, report: "Report") -> bytes:
+    """PNG bytes of the plot `name` (one of report.plots)."""
+    fn = {"recovery_vs_throughput": _recovery_vs_throughput, "itl_vs_throughput": _itl_vs_throughput,
+          "ttft_vs_concurrency": _ttft_vs_concurrency}[name]
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(WIDTH, HEIGHT), dpi=DPI, layout="constrained")
+    ax = fig.add_subplot()
+    fn(ax, report)
+    ax.grid(True, alpha=0.3)
+    buf = io.BytesIO()
+    # no timestamp/version metadata: the same report gives the same bytes
+    fig.savefig(buf, format="png", metadata={"Software": None})
+    return buf.getvalue()
+
+
+def _colors(report: "Report") -> dict[str, str]:
+    palette = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+               "#bcbd22", "#17becf"]
+    return {r.name: palette[i % len(palette)] for i, r in enumerate(report.rows)}
+
+
+def _recovery_vs_throughput(ax, report: "Report") -> None:
+    colors = _colors(report)
+    pts = [r for r in report.rows if r.status != "failed" and r.top and r.top.output_tok_s is not None
+           and r.recovery is not None]
+    for r in pts:
+        ax.errorbar(r.top.output_tok_s, r.recovery, yerr=r.recovery_stderr, fmt="o", color=colors[r.name],
+                    markersize=8 if r.pareto else 6, capsize=3, label=f"{r.name} ({r.top_kind} {r.top.load})")
+        ax.annotate(r.name, (r.top.output_tok_s, r.recovery), textcoords="offset points", xytext=(6, 6), fontsize=9)
+    front = sorted((r for r in pts if r.pareto), key=lambda r: r.top.output_tok_s)
+    if front:
+        # the front as a staircase: nothing above-right of it was measured
+        xs, ys = [], []
+        for r in front:
+            if xs:
+                xs.append(r.top.output_tok_s)
+                ys.append(ys[-1])
+            xs.append(r.top.output_tok_s)
+            ys.append(r.recovery)
+        ax.plot(xs, ys, "--", color="#555", linewidth=1.2, label="Pareto front")
+    ax.axhline(1.0, color="#999", linewidth=0.8, linestyle=":")
+    ax.set_xlabel("output tokens/s (at the knee, or highest load measured)")
+    ax.set_ylabel("accuracy recovery (quantized / baseline)")
+    ax.set_title("Accuracy recovery vs throughput")
+    ax.legend(fontsize=8, loc="best")
+
+
+def _itl_vs_throughput(ax, report: "Report") -> None:
+    colors = _colors(report)
+    for r in report.rows:
+        pts = [p for p in r.points if p.output_tok_s is not None and p.itl_p95 is not None]
+        if r.status == "failed" or not pts:
+            continue
+        pts.sort(key=lambda p: p.output_tok_s)
+        ax.plot([p.output_tok_s for p in pts], [p.itl_p95 * 1000 for p in pts], "o-", color=colors[r.name],
+                label=f"{r.name} ({r.method})")
+        for p in pts:
+            ax.annotate(p.load, (p.output_tok_s, p.itl_p95 * 1000), textcoords="offset points", xytext=(4, -10),
+                        fontsize=7, color=colors[r.name])
+    _log_if_wide(ax)
+    ax.set_xlabel("output tokens/s")
+    ax.set_ylabel("ITL p95 (ms)")
+    ax.set_title("Latency vs throughput across load points")
+    ax.legend(fontsize=8, loc="best")
+
+
+def _ttft_vs_concurrency(ax, report: "Report") -> None:
+    colors = _colors(report)
+    xs_all: set[int] = set()
+    for r in report.rows:
+        pts = sorted((p for p in r.points if p.profile == "concurrency" and p.ttft_p50 is not None),
+                     key=lambda p: p.concurrency)
+        if r.status == "failed" or not pts:
+            continue
+        xs = [p.concurrency for p in pts]
+        xs_all.update(xs)
+        ax.plot(xs, [p.ttft_p50 * 1000 for p in pts], "o-", color=colors[r.name], label=f"{r.name} p50")
+        p95 = [(p.concurrency, p.ttft_p95 * 1000) for p in pts if p.ttft_p95 is not None]
+        if p95:
+            ax.plot(*zip(*p95), "s--", color=colors[r.name], alpha=0.6, label=f"{r.name} p95")
+    if len(xs_all) > 1 and max(xs_all) / min(xs_all) >= 4:
+        ax.set_xscale("log", base=2)  # concurrency sweeps double: equal steps on a log2 axis
+    ax.set_xticks(sorted(xs_all), [str(x) for x in sorted(xs_all)])
+    _log_if_wide(ax)
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("TTFT (ms)")
+    ax.set_title("Time to first token vs concurrency")
+    ax.legend(fontsize=8, loc="best", ncol=2)
+
+
+def _log_if_wide(ax) -> None:
+    """Log y when the curves span more than 20x: one slow variant (FP8 on a CPU without FP8
+    kernels) would otherwise flatten every other curve onto the axis."""
+    ys = [y for line in ax.get_lines() for y in line.get_ydata() if y > 0]
+    if ys and max(ys) / min(ys) > 20:
+        ax.set_yscale("log")
