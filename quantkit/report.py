@@ -466,8 +466,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                   f"{r.kv_cache_tokens:,}" if r.kv_cache_tokens is not None else DASH,
                   f"{fmt(r.convert_time_s)} s" if r.convert_time_s is not None else DASH,
                   _short_kernel(r.kernels)] for r in r_],
-                "size on disk: all files of the checkpoint; kernel: the first quantization/kernel line of the "
-                "vLLM log (all lines below)"))
+                "size on disk: all files of the checkpoint; kernel: the vLLM log's line naming the linear kernel "
+                "(every quantization/kernel line is listed below)"))
     out.append(("Throughput and latency", ["variant", "output tok/s c=1", "output tok/s at knee",
                                            "TTFT p50 / p95 (ms) c=1", "TTFT p50 / p95 (ms) at knee",
                                            "ITL p50 / p95 (ms) c=1", "ITL p50 / p95 (ms) at knee"],
@@ -514,7 +514,7 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
     env.append(["recipe hash", report.recipe_hash or DASH])
     env.append(["memory bandwidth", (fmt(report.bandwidth_gbs, 4) + " GB/s, " if report.bandwidth_gbs else "")
                 + report.bandwidth_source])
-    out.append(("Environment", ["", ""], env, None))
+    out.append(("Environment", ["item", "value"], env, None))
     return out
 
 
@@ -527,9 +527,11 @@ def _yn(value: bool | None) -> str:
 
 
 def _short_kernel(lines: list[str]) -> str:
+    """The line naming the linear-layer kernel if there is one (the log also names the attention
+    backend and the quantization config); the table cell is short, the full list follows."""
     if not lines:
         return DASH
-    first = lines[0]
+    first = next((x for x in lines if re.search(r"linear|kernel|marlin|machete|gemm|scaled_?mm", x, re.I)), lines[0])
     return first if len(first) <= 80 else first[:77] + "..."
 
 
@@ -541,9 +543,19 @@ def _md_cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _version(report: Report) -> str:
+    from . import __version__
+
+    return str(report.environment.get("quantkit") or __version__)
+
+
+# The plots go after the first three tables (what each variant is, its speed, its accuracy): the
+# reader sees the trade-off before the detail tables.
+PLOTS_AFTER = 3
+
+
 def render_markdown(report: Report) -> str:
-    lines = [f"# {report.title}", "", f"Generated {report.created_at} by quantkit "
-             f"{report.environment.get('quantkit', '')}".rstrip() + ".", ""]
+    lines = [f"# {report.title}", "", f"Generated {report.created_at} by quantkit {_version(report)}.", ""]
     failed = [r for r in report.rows if r.status != "done"]
     for r in failed:
         lines.append(f"> **{r.name}: {r.status}**" + (f": {_md_cell(r.error)}" if r.error else ""))
@@ -551,7 +563,9 @@ def render_markdown(report: Report) -> str:
         lines.append("")
     for note in report.notes:
         lines += [f"> note: {_md_cell(note)}", ""]
-    for title, header, rows, caption in tables(report):
+    for i, (title, header, rows, caption) in enumerate(tables(report)):
+        if i == PLOTS_AFTER:
+            lines += _md_plots(report)
         lines += [f"## {title}", ""]
         if not rows:
             lines += [f"{DASH} (nothing measured)", ""]
@@ -562,9 +576,6 @@ def render_markdown(report: Report) -> str:
         lines.append("")
         if caption:
             lines += [f"_{_md_cell(caption)}_", ""]
-    lines += ["## Plots", ""]
-    for p in report.plots:
-        lines += [f"![{p.title}](plots/{p.name}.png)" if p.drawn else f"- {p.title}: {p.note}", ""]
     kernel_rows = [r for r in report.rows if r.kernels]
     if kernel_rows:
         lines += ["## Kernels and schemes vLLM chose (from its log)", ""]
@@ -577,6 +588,13 @@ def render_markdown(report: Report) -> str:
             lines += [f"- **{r.name}**: " + "; ".join(r.gate_detail)]
         lines.append("")
     return "\n".join(lines)
+
+
+def _md_plots(report: Report) -> list[str]:
+    lines = ["## Plots", ""]
+    for p in report.plots:
+        lines += [f"![{p.title}](plots/{p.name}.png)" if p.drawn else f"- {p.title}: {p.note}", ""]
+    return lines
 
 
 # ----------------------------------------------------------------------------------------------
@@ -599,13 +617,21 @@ img.plot { display: block; max-width: 100%; margin: 0.5em 0 1.5em; border: 1px s
 pre { background: #f6f6f6; padding: 0.5em; font-size: 12px; white-space: pre-wrap; }
 </style></head>
 <body>
+{% macro plots() %}<h2>Plots</h2>
+{% for p in report.plots %}
+{% if p.drawn and images.get(p.name) %}
+<h3>{{ p.title }}</h3>
+<img class="plot" alt="{{ p.title }}" data-plot="{{ p.name }}" src="data:image/png;base64,{{ images[p.name] }}">
+{% else %}<p class="note">{{ p.title }}: {{ p.note or 'image not embedded' }}</p>{% endif %}
+{% endfor %}{% endmacro %}
 <h1>{{ report.title }}</h1>
-<p>Generated {{ report.created_at }} by quantkit {{ report.environment.get('quantkit', '') }}.</p>
+<p>Generated {{ report.created_at }} by quantkit {{ version }}.</p>
 {% for r in report.rows if r.status != 'done' %}
 <div class="alert"><b>{{ r.name }}: {{ r.status }}</b>{% if r.error %}: {{ r.error }}{% endif %}</div>
 {% endfor %}
 {% for n in report.notes %}<div class="note">note: {{ n }}</div>{% endfor %}
 {% for title, header, rows, caption in tables %}
+{% if loop.index0 == plots_after %}{{ plots() }}{% endif %}
 <h2>{{ title }}</h2>
 {% if rows %}
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
@@ -613,13 +639,6 @@ pre { background: #f6f6f6; padding: 0.5em; font-size: 12px; white-space: pre-wra
 {% endfor %}</table>
 {% if caption %}<div class="caption">{{ caption }}</div>{% endif %}
 {% else %}<p>{{ dash }} (nothing measured)</p>{% endif %}
-{% endfor %}
-<h2>Plots</h2>
-{% for p in report.plots %}
-{% if p.drawn and images.get(p.name) %}
-<h3>{{ p.title }}</h3>
-<img class="plot" alt="{{ p.title }}" data-plot="{{ p.name }}" src="data:image/png;base64,{{ images[p.name] }}">
-{% else %}<p class="note">{{ p.title }}: {{ p.note or 'not drawn' }}</p>{% endif %}
 {% endfor %}
 {% if kernel_rows %}<h2>Kernels and schemes vLLM chose (from its log)</h2>
 {% for r in kernel_rows %}<h3>{{ r.name }}</h3><pre>{{ r.kernels | join('\n') }}</pre>{% endfor %}{% endif %}
@@ -637,7 +656,8 @@ def render_html(report: Report, images: dict[str, bytes] | None = None) -> str:
     row_class = {"Checkpoints": {r.name: "failed" for r in report.rows if r.status == "failed"},
                  "Accuracy": {r.name: "pareto" for r in report.rows if r.pareto}}
     return env.from_string(_HTML).render(
-        report=report, tables=tables(report), dash=DASH, row_class=row_class,
+        report=report, tables=tables(report), dash=DASH, row_class=row_class, version=_version(report),
+        plots_after=PLOTS_AFTER,
         images={k: base64.b64encode(v).decode("ascii") for k, v in (images or {}).items()},
         kernel_rows=[r for r in report.rows if r.kernels], gate_rows=[r for r in report.rows if r.gate_detail],
     )
