@@ -50,7 +50,7 @@ from pydantic import BaseModel, Field
 from . import settings
 from .console import info, warn
 from .engine import RemoteServer, ServeConfig, ServerInfo, VLLMServer, has_gpu
-from .errors import BackendError, QuantkitError, UsageError
+from .errors import BackendError, UsageError
 from .loadgen import BenchPoint, PromptSource, Slo, Target, run_point, warmup
 
 SCHEMA_VERSION = 1
@@ -444,6 +444,16 @@ def _with(base: ServeConfig, changes: dict[str, Any]) -> ServeConfig:
         raise UsageError(f"bad tune value in {changes}: {' '.join(str(exc).split())[:200]}") from None
 
 
+def _tune_label(base: ServeConfig, config: ServeConfig) -> str:
+    """What this configuration changes from the base one (the user's options), e.g. `max-num-seqs=8`."""
+    before, after = base.changed(), config.changed()
+    diff = {k: v for k, v in after.items() if before.get(k, object()) != v}
+    diff.update({k: None for k in before if k not in after})
+    if not diff:
+        return "base"
+    return " ".join(f"{k.replace('_', '-')}={'default' if v is None else v}" for k, v in diff.items())
+
+
 def vllm_serve_command(model_dir: Path, config: ServeConfig) -> str:
     return shlex.join(["vllm", "serve", str(model_dir), *config.to_args()])
 
@@ -487,7 +497,8 @@ def tune(
         path=str((Path(out_dir) if out_dir else results_dir(model_dir)) / f"tune-{_stamp()}.json"),
     )
     for number, config in enumerate(configs, 1):
-        entry = TuneEntry(label=config.label(), config=config.changed(), command=vllm_serve_command(model_dir, config))
+        entry = TuneEntry(label=_tune_label(base, config), config=config.changed(),
+                          command=vllm_serve_command(model_dir, config))
         info(f"config {number}/{len(configs)}: {entry.label}")
         try:
             with VLLMServer(model_dir, config, startup_timeout=startup_timeout) as server:
@@ -524,5 +535,4 @@ def tune(
 
 __all__ = [
     "BenchRun", "KneeResult", "TuneResult", "find_knee", "knee_from_grid", "knee_grid", "run_bench", "tune",
-    "QuantkitError",
 ]

@@ -309,7 +309,9 @@ async def send_request(client: httpx.AsyncClient, target: Target, prompt: Prompt
         url = target.api_url + "/completions"
         body = {"model": target.model, "prompt": prompt.token_ids if prompt.token_ids is not None else prompt.text,
                 "max_tokens": output_len}
-    body.update({"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}, "temperature": 0.0})
+    # Sampling parameters stay the server's defaults, as `vllm bench serve` sends none: the two
+    # tools then do the same work per token (greedy and sampled decoding differ in cost).
+    body.update({"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
     start = time.perf_counter()
     result = RequestResult(ok=False, start_s=start - t0)
     last = start

@@ -249,15 +249,23 @@ def tune(
 
 
 def _print_tune(result) -> None:
-    table = _table("config", "start s", *_HEADER[3:], title=f"tune at concurrency {result.workload['concurrency']}"
-                  + (f", SLO {result.slo}" if result.slo else ""))
+    table = _table("config", "start\ns", "out\ntok/s", "TTFT\np95", "ITL\np95", "TPOT\np50", "goodput\nreq/s", "SLO",
+                   title=f"tune at concurrency {result.workload['concurrency']}" + (f", SLO {result.slo}" if result.slo else ""))
+    failed = []
     for e in result.entries:
         best = " *" if result.best is not None and e.label == result.best.label else ""
         if e.point is None:
-            table.add_row(e.label + best, "-", f"error: {e.error}", *[""] * (len(_HEADER) - 4))
-        else:
-            table.add_row(e.label + best, f"{e.startup_s:.0f}" if e.startup_s else "-", *_point_row(e.point)[3:])
+            failed.append(e)
+            table.add_row(e.label, "-", f"failed [{len(failed)}]", "", "", "", "", "")
+            continue
+        p = e.point
+        slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
+        good = f"{p.goodput_req_s:.2f}" if p.goodput_req_s is not None else "-"
+        table.add_row(e.label + best, f"{e.startup_s:.0f}" if e.startup_s else "-", _num(p.output_tok_s),
+                      _ms(p.ttft, "p95"), _ms(p.itl, "p95"), _ms(p.tpot, "p50"), good, slo)
     stdout.print(table)
+    for number, e in enumerate(failed, 1):
+        stdout.print(f"[{number}] {e.label}: {e.error}")
     if result.best is not None:
         stdout.print(f"best ({result.best_reason}): {result.best.label}")
         stdout.print(result.best.command)
