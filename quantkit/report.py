@@ -370,6 +370,12 @@ def _plots(rows: list[Row]) -> list[PlotInfo]:
 
 def build_report(variants: list[Variant], *, title: str, environment: dict, recipe_hash: str | None = None,
                  bandwidth_gbs: float | None = None) -> Report:
+    names = [v.name for v in variants]
+    if dupes := sorted({n for n in names if names.count(n) > 1}):
+        from .errors import UsageError
+
+        # rows are keyed by name (Pareto, plots): two rows of one name would silently merge
+        raise UsageError(f"variant names must be unique in a report; repeated: {', '.join(dupes)}")
     rows = [_row(v) for v in variants]
     notes: list[str] = []
     device = environment.get("device")

@@ -28,6 +28,7 @@ def draw(name: str, report: "Report") -> bytes:
     fig = Figure(figsize=(WIDTH, HEIGHT), dpi=DPI, layout="constrained")
     ax = fig.add_subplot()
     fn(ax, report)
+    ax.margins(x=0.08, y=0.08)  # room for the point labels at the edges
     ax.grid(True, alpha=0.3)
     buf = io.BytesIO()
     # no timestamp/version metadata: the same report gives the same bytes

@@ -309,3 +309,11 @@ def test_importing_quantkit_report_stays_light():
     code = "import sys, quantkit.report; print('matplotlib' in sys.modules, 'jinja2' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def test_duplicate_variant_names_are_refused():
+    from quantkit.errors import UsageError
+
+    v = R.Variant(name="int8", method="int8", model_dir="/m")
+    with pytest.raises(UsageError, match="repeated: int8"):
+        build([v, v.model_copy()])
