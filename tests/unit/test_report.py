@@ -317,3 +317,18 @@ def test_duplicate_variant_names_are_refused():
     v = R.Variant(name="int8", method="int8", model_dir="/m")
     with pytest.raises(UsageError, match="repeated: int8"):
         build([v, v.model_copy()])
+
+
+def test_plot_without_data_is_skipped_with_a_note(tmp_path):
+    # bench but no eval: the latency plots are drawn, the recovery plot is not (and says why)
+    v = R.Variant(name="baseline", method="bf16", model_dir="/m", size_bytes=BASE_SIZE,
+                  bench=bench("/m", {1: (20.0, 0.1, 0.05), 4: (60.0, 0.3, 0.06)}))
+    rep = build([v])
+    drawn = {p.name: p.drawn for p in rep.plots}
+    assert drawn == {"recovery_vs_throughput": False, "itl_vs_throughput": True, "ttft_vs_concurrency": True}
+    paths = R.write_report(rep, tmp_path)
+    assert "plot:recovery_vs_throughput" not in paths
+    assert not (tmp_path / "plots" / "recovery_vs_throughput.png").exists()
+    note = "not drawn: no variant has both accuracy recovery and a measured throughput"
+    assert note in paths["md"].read_text() and note in paths["html"].read_text()
+    assert paths["html"].read_text().count("data:image/png;base64,") == 2
