@@ -70,7 +70,10 @@ def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: 
             problems.append(f"recovery: {exc.message}")
     method = (convert.result or {}).get("method", name) if convert else ("bf16" if name == "baseline" else name)
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
-    return Variant(name=name, method=method, model_dir=str(model_dir),
+    size = None
+    if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline: its weight files
+        size = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) or None
+    return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size,
                    convert=convert.result if convert and convert.status == "done" else None,
                    bench=bench_result, eval=eval_.result if eval_ and eval_.status == "done" else None,
                    recovery=recovery, status=status, error="; ".join(problems) or None)

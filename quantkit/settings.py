@@ -60,7 +60,8 @@ def backend_python(name: str) -> Path | None:
     """The python of a backend that runs in an environment of its own (vllm, gptqmodel, ...).
 
     Order: QUANTKIT_<NAME>_PYTHON (or QUANTKIT_VLLM for vLLM, which may also name a `vllm`
-    executable), then the default venv `.venv-<name>` that `scripts/setup.sh` creates.
+    executable), then the default venv `.venv-<name>` under venv_root() that `scripts/setup.sh`
+    (vLLM) or `quantkit setup --backend NAME` creates.
     """
     env_name = "QUANTKIT_VLLM" if name == "vllm" else f"QUANTKIT_{name.upper()}_PYTHON"
     value = os.environ.get(env_name) or (
@@ -74,11 +75,14 @@ def backend_python(name: str) -> Path | None:
                 raise SetupError(f"{env_name}={value} does not exist; point it at a python or executable")
             path = Path(found)
         return path
-    for root in (Path.cwd(), REPO_ROOT):
-        candidate = root / f".venv-{name}" / "bin" / "python"
-        if candidate.exists():
-            return candidate
-    return None
+    candidate = venv_root() / f".venv-{name}" / "bin" / "python"
+    return candidate if candidate.exists() else None
+
+
+def venv_root() -> Path:
+    """Where the default environments live (.venv-vllm, .venv-<backend>): the checkout's root."""
+    value = os.environ.get("QUANTKIT_VENV_ROOT")
+    return Path(value).expanduser() if value else REPO_ROOT
 
 
 def main_python() -> str:

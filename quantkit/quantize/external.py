@@ -194,7 +194,7 @@ def setup_backend(name: str) -> Path:
     backend_cls = BACKENDS.load(BACKENDS.check(name))
     if not issubclass(backend_cls, ExternalBackend):
         raise UsageError(f"backend '{name}' runs in the main environment; scripts/setup.sh installs it")
-    target = settings.REPO_ROOT / f".venv-{name}"
+    target = settings.venv_root() / f".venv-{name}"
     python = target / "bin" / "python"
     spec = backend_cls.setup
     if not python.exists():

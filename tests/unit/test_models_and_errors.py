@@ -74,7 +74,8 @@ def test_cli_bad_input_is_one_line_with_exit_code(args, code, pattern):
 
 
 def test_external_backend_not_set_up_says_how(tmp_path, tiny_llama_dir):
-    env = {"QUANTKIT_GPTQMODEL_PYTHON": "", "PATH": os.environ["PATH"]}
+    # an empty venv root: no .venv-gptqmodel there, whatever this checkout has
+    env = {"QUANTKIT_GPTQMODEL_PYTHON": "", "QUANTKIT_VENV_ROOT": str(tmp_path / "venvs")}
     proc = quantkit("convert", str(tiny_llama_dir), "--method", "gptq", "--backend", "gptqmodel",
                     "-o", str(tmp_path / "out"), "--num-samples", "2", env=env)
     assert proc.returncode == 1
