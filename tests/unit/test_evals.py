@@ -329,3 +329,14 @@ def test_cli_gate_failure_exits_3_and_names_the_task(tmp_path, monkeypatch):
     assert result.exit_code == 3
     assert "gate failed: average recovery 0.9000 < 0.97" in result.output
     assert '"recovery"' in result.output  # the report is printed before the failure line
+
+
+def test_lm_eval_result_block_becomes_metrics_with_stderr():
+    block = {"alias": "wikitext", "sample_len": 62, "word_perplexity,none": 33.98, "word_perplexity_stderr,none": "N/A",
+             "acc,none": 0.41, "acc_stderr,none": 0.0494, "exact_match,strict-match": 0.0,
+             "exact_match_stderr,strict-match": 0.0}
+    metrics = evals_core._metrics(block)
+    assert set(metrics) == {"word_perplexity,none", "acc,none", "exact_match,strict-match"}
+    assert metrics["word_perplexity,none"].stderr is None
+    assert metrics["acc,none"] == evals_core.Metric(value=0.41, stderr=0.0494)
+    assert metrics["exact_match,strict-match"].stderr == 0.0
