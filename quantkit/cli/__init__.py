@@ -40,6 +40,7 @@ from . import convert  # noqa: E402,F401
 from . import bench  # noqa: E402,F401
 from . import eval as _eval  # noqa: E402,F401
 from . import run as _run  # noqa: E402,F401
+from . import push as _push  # noqa: E402,F401
 
 
 def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001

@@ -1,0 +1,86 @@
+"""`quantkit push` and `quantkit card`: publish a validated checkpoint with a card of its stored results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..console import run_command, stdout
+from . import app
+from .options import JSON, QUIET, mode
+
+MIN_RECOVERY = typer.Option(0.95, "--min-recovery", help="Gate: minimum mean recovery over accuracy tasks (0 turns it off).")
+MIN_TASK_RECOVERY = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task.")
+GATE = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable).")
+BASE_MODEL = typer.Option(None, "--base-model", help="Hub id of the model it was made from (default: from quantkit.json when that is a Hub id or a built-in alias).")
+
+
+def _gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]) -> dict:
+    from .eval import _parse_gates
+
+    gates = _parse_gates(min_recovery or None, min_task_recovery, gate)
+    return gates.model_dump() if gates is not None else {}
+
+
+@app.command()
+def push(
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder (its runs must be in the result store)."),
+    repo: str = typer.Option(..., "--repo", help="Hub repository, ORG/NAME (created if missing)."),
+    private: bool = typer.Option(False, "--private", help="Create the repository private."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Branch to commit to (created from main if missing)."),
+    create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request instead of committing to the branch."),
+    commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Commit message."),
+    force: bool = typer.Option(False, "--force", help="Push even if not validated; the card then says so."),
+    base_model: Optional[str] = BASE_MODEL,
+    min_recovery: Optional[float] = MIN_RECOVERY,
+    min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
+    gate: List[str] = GATE,
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Upload DIR with a model card of its measured results, in one commit; refuses (exit 3) unless validated."""
+    from .. import hub
+
+    def body():
+        return hub.push(model_dir, repo, private=private, revision=revision, create_pr=create_pr,
+                        commit_message=commit_message, force=force, base_model=base_model,
+                        gates=_gates(min_recovery, min_task_recovery, gate))
+
+    def human(r):
+        state = "validated" if r["validated"] else "NOT validated (--force)"
+        if not r["changed"]:
+            stdout.print(f"nothing changed: {r['repo']} ({r['revision']}) already has these files at {r['commit'][:12]}")
+        elif r.get("pr_url"):
+            stdout.print(f"opened {r['pr_url']} with {r['files']} files ({state})")
+        else:
+            stdout.print(f"pushed {r['files']} files to {r['url']} ({r['revision']} @ {r['commit'][:12]}, {state})")
+
+    run_command(body, mode(json, quiet), human)
+
+
+@app.command()
+def card(
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder (its runs must be in the result store)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Where to write the card (default DIR/README.md)."),
+    repo: Optional[str] = typer.Option(None, "--repo", help="Hub repository the card will describe (names the model and the serve command)."),
+    base_model: Optional[str] = BASE_MODEL,
+    min_recovery: Optional[float] = MIN_RECOVERY,
+    min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
+    gate: List[str] = GATE,
+    json: bool = JSON,
+    quiet: bool = QUIET,
+) -> None:
+    """Write the model card `push` would upload, without pushing (to review it)."""
+    from .. import hub
+
+    def body():
+        return hub.card(model_dir, output, repo=repo, base_model=base_model,
+                        gates=_gates(min_recovery, min_task_recovery, gate))
+
+    def human(r):
+        verdict = "validated" if r["validated"] else f"not validated: {r['reason']}"
+        stdout.print(f"card: {r['path']} ({verdict})")
+
+    run_command(body, mode(json, quiet), human)

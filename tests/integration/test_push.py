@@ -1,0 +1,406 @@
+"""`quantkit push` / `quantkit card` end to end: the real huggingface_hub client against our own
+Hub-protocol server on loopback (tests/hub_server.py).
+
+The client reads HF_ENDPOINT once, at import, so every push and download runs in a subprocess
+(`python -m quantkit push ...`, which also proves the CLI path) with its own HF_HOME, HF_TOKEN,
+HF_HUB_DISABLE_XET=1 (Xet storage cannot be served offline; the regular and LFS modes are the
+ones tested) and HF_HUB_OFFLINE=0 (conftest sets offline mode for the other tests).
+The store is filled the way `quantkit run` fills it (Store.begin/finish with results built from
+quantkit's own result models), which is pure bookkeeping: no vLLM, no quantizer. No marker: this
+file needs neither, and runs in well under a minute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hub_server import Hub
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TOKEN = "hf_quantkitTestToken0123456789abcdefXYZ"
+ORG_REPO = "quantkit-tests/tiny-gptq"
+TASKS = {  # task -> (baseline, quantized) primary metric values
+    "arc_easy": (0.62, 0.60),
+    "hellaswag": (0.41, 0.40),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# A checkpoint folder and its store records, as `quantkit run` leaves them
+
+
+def make_checkpoint(folder: Path) -> Path:
+    from safetensors.numpy import save_file
+
+    from quantkit.quantize.record import ConvertRecord, SourceModel
+
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    # ~1.2 MB of weights: enough to be a real LFS upload, small enough to be quick
+    save_file({"model.layers.0.mlp.down_proj.weight_packed": rng.integers(0, 2**31, (576, 256), dtype=np.int32),
+               "model.layers.0.mlp.down_proj.weight_scale": rng.standard_normal((576, 24)).astype(np.float16),
+               "model.embed_tokens.weight": rng.standard_normal((512, 576)).astype(np.float16)},
+              str(folder / "model.safetensors"), metadata={"format": "pt"})
+    qc = {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                                           "group_size": 64}}}, "ignore": ["lm_head"]}
+    (folder / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                                    "hidden_size": 576, "quantization_config": qc}, indent=2))
+    (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}}}))
+    (folder / "generation_config.json").write_text('{"bos_token_id": 1, "eos_token_id": 2}\n')
+    # quantkit's own result folders: they stay local
+    (folder / "quantkit-bench").mkdir()
+    (folder / "quantkit-bench" / "bench-20261129T160739Z.json").write_text('{"kind": "quantkit.bench"}\n')
+    (folder / "quantkit-eval").mkdir()
+    (folder / "quantkit-eval" / "20261129T163116Z.json").write_text('{"kind": "quantkit.eval"}\n')
+    record = ConvertRecord(
+        method="gptq", backend="llmcompressor", scheme="W4A16", group_size=64, recipe_name="gptq",
+        recipe_hash="c2d2bce737cb6507",
+        recipe={"name": "gptq", "method": "gptq", "backend": "llmcompressor", "scheme": "W4A16", "group_size": 128,
+                "ignore": ["lm_head"], "calibration": {"dataset": "c4", "num_samples": 32, "seq_len": 256, "seed": 0},
+                "options": {"dampening_frac": 0.01}},
+        source=SourceModel(ref="smollm2-135m", kind="builtin", path="/home/x/models/smollm2-135m",
+                           fingerprint="sha256:6261cd2d6273cc08"),
+        calibration={"dataset": "c4", "num_samples": 32, "seq_len": 256, "tokens": 8192, "seed": 0},
+        quantization_config=qc,
+        versions={"quantkit": "0.1.0", "llmcompressor": "0.14.0.1", "compressed-tensors": "0.19.0"},
+        hardware={"machine": "x86_64", "cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2},
+        wall_time_s=1140.2, size_bytes=63921291, output_dir=str(folder),
+        notes=["group size 128 does not divide 576: used 64"],
+    )
+    record.write(folder)
+    return folder
+
+
+def _eval_run(folder: Path, which: int, method: str):
+    from quantkit.evals_core import DataInfo, EvalRun, Metric, TaskResult
+
+    tasks = [TaskResult(
+        task=name, suite="quick", version="1.0", n_shot=0, limit=100, n_samples=100, n_available=2376,
+        output_type="multiple_choice", chat_template=False, add_bos_token=False,
+        data=DataInfo(source="offline", template=f"stock:{name}.yaml"), primary_metric="acc_norm,none",
+        metrics={"acc_norm,none": Metric(value=values[which], stderr=0.049), "acc,none": Metric(value=values[which] - 0.01, stderr=0.049)},
+        wall_time_s=45.7) for name, values in TASKS.items()]
+    return EvalRun(created_at="2026-11-29T16:33:07+00:00", model_dir=str(folder), checkpoint={"method": method},
+                   server={"vllm_version": "0.32.0"}, protocol={"backend": "lm-eval local-completions"},
+                   data_dir="/work/shared/data", versions={"quantkit": "0.1.0", "lm_eval": "0.4.9"}, tasks=tasks)
+
+
+def _bench_run(folder: Path, tok_s: list[float]):
+    from quantkit.bench import BenchRun
+    from quantkit.engine import ServeConfig, ServerInfo
+    from quantkit.loadgen import BenchPoint, Stats
+
+    def stats(mean):
+        return Stats(n=8, mean=mean, p50=mean, p90=mean * 1.2, p95=mean * 1.3, p99=mean * 1.5, min=mean / 2, max=mean * 2)
+
+    points = [BenchPoint(profile="concurrency", concurrency=c, input_len=128, output_len=64, num_requests=4 * c,
+                         started_at="2026-11-29T16:08:57+00:00", duration_s=40.1, successes=4 * c, failures=0,
+                         prompt_tokens=512 * c, completion_tokens=256 * c, output_tok_s=t, total_tok_s=3 * t,
+                         req_s=t / 64, ttft=stats(0.157 * c), itl=stats(0.0771), tpot=stats(0.0771), e2e=stats(5.0))
+              for c, t in zip((1, 16), tok_s)]
+    serve = ServeConfig(enforce_eager=True)
+    server = ServerInfo(url="http://127.0.0.1:40449", model_name=folder.name, vllm_version="0.32.0",
+                        serve_config=serve.model_dump(), quant_lines=["Using CPUWNA16LinearKernel for CompressedTensorsWNA16"])
+    return BenchRun(model_dir=str(folder), server=server, workload={"input_len": 128, "output_len": 64},
+                    hardware={"machine": "x86_64", "cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2},
+                    points=points, complete=True)
+
+
+def store_runs(home: Path, ckpt: Path, baseline_dir: Path, *, evals: bool = True, baseline: bool = True,
+               bench: bool = True, quant_scores: dict[str, float] | None = None) -> None:
+    """Records as `quantkit run` writes them: convert, bench, eval per variant."""
+    from quantkit.quantize.record import ConvertRecord
+    from quantkit.store import Store, run_key
+
+    def stage(store, kind, variant, params, result, path=None):
+        rid = store.begin(run_key(kind, variant=variant, **params), kind, "smollm2-135m", variant, params)
+        store.finish(rid, result, path)
+
+    with Store(home / "results.db") as store:
+        if baseline:
+            stage(store, "bench", "baseline", {"checkpoint": str(baseline_dir)}, _bench_run(baseline_dir, [22.0, 87.0]).model_dump(mode="json", exclude={"path"}))
+            if evals:
+                stage(store, "eval", "baseline", {"checkpoint": str(baseline_dir)}, _eval_run(baseline_dir, 0, "baseline").model_dump(mode="json"))
+        stage(store, "convert", "gptq", {"recipe": {"method": "gptq"}}, ConvertRecord.read(ckpt).model_dump(mode="json"),
+              str(ckpt / "quantkit.json"))
+        if bench:
+            stage(store, "bench", "gptq", {"checkpoint": str(ckpt)}, _bench_run(ckpt, [17.0, 72.0]).model_dump(mode="json", exclude={"path"}))
+        if evals:
+            run = _eval_run(ckpt, 1, "gptq")
+            for t in run.tasks:
+                if quant_scores and t.task in quant_scores:
+                    t.metrics["acc_norm,none"].value = quant_scores[t.task]
+            stage(store, "eval", "gptq", {"checkpoint": str(ckpt)}, run.model_dump(mode="json"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Fixtures and the subprocess runner
+
+
+@pytest.fixture
+def hub():
+    server = Hub(tokens={TOKEN})
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def world(tmp_path, hub):
+    """A checkpoint, a baseline folder, a store with their runs, and an environment for the client."""
+    ckpt = make_checkpoint(tmp_path / "models" / "smollm2-135m-gptq")
+    baseline_dir = tmp_path / "models" / "smollm2-135m"
+    baseline_dir.mkdir()
+    home = tmp_path / "qk-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(QUANTKIT_HOME=str(home), HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), HF_TOKEN=TOKEN,
+               HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="300")
+    return {"ckpt": ckpt, "baseline": baseline_dir, "home": home, "env": env, "tmp": tmp_path, "hub": hub}
+
+
+def quantkit(world, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "quantkit", *map(str, args)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env={**world["env"], **(env or {})}, timeout=120)
+    # the token never appears in anything quantkit says, whatever happened
+    assert TOKEN not in proc.stdout and TOKEN not in proc.stderr
+    return proc
+
+
+def download(world, repo: str = ORG_REPO, revision: str = "main") -> Path:
+    """snapshot_download with the real client, in a subprocess (HF_ENDPOINT is read at import)."""
+    out = world["tmp"] / f"download-{revision.replace('/', '_')}-{len(list(world['tmp'].glob('download-*')))}"
+    code = ("import sys; from huggingface_hub import snapshot_download; "
+            "print(snapshot_download(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3]))")
+    proc = subprocess.run([sys.executable, "-c", code, repo, revision, str(out)], capture_output=True, text=True,
+                          env=world["env"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".cache" not in p.relative_to(folder).parts}
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, stderr
+    return errors[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Tests
+
+
+@pytest.mark.parametrize("mode", ["lfs", "regular"])
+def test_push_downloads_byte_identical_and_repush_is_a_no_op(world, mode):
+    hub = world["hub"]
+    if mode == "regular":
+        hub.lfs_suffixes = ()  # the server asks for every file inline (base64 in the commit)
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["validated"] is True and result["changed"] is True
+
+    assert not [line for line in hub.log if "NO ROUTE" in line], hub.log  # every call the client made is served
+    puts = [line for line in hub.log if line.startswith("PUT /__lfs/")]
+    assert len(puts) == (1 if mode == "lfs" else 0), hub.log
+    commits = hub.commits(ORG_REPO)
+    assert len(commits) == 2 and result["commit"] == commits[0].oid  # initial commit + exactly one push commit
+    assert (commits[0].files["model.safetensors"].lfs_sha256 is not None) == (mode == "lfs")
+
+    got = files_of(download(world))
+    local = files_of(world["ckpt"])
+    expected = {k: v for k, v in local.items() if not k.startswith(("quantkit-bench/", "quantkit-eval/"))}
+    assert {k: got[k] for k in expected} == expected  # byte-identical, quantkit.json included
+    assert set(got) == set(expected) | {"README.md", ".gitattributes"}
+    assert hashlib.sha256(got["model.safetensors"]).hexdigest() == hashlib.sha256(local["model.safetensors"]).hexdigest()
+
+    # the card round-trips through the client's parser with the model-index intact
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(_save(world, got["README.md"]))
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert card.data.to_dict()["base_model_relation"] == "quantized"
+    assert {"gptq", "4-bit", "compressed-tensors", "vllm", "quantkit"} <= set(card.data.tags)
+    assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
+    scores = {r.dataset_type: (r.metric_type, r.metric_value) for r in card.data.eval_results}
+    assert scores == {task: ("acc_norm", q) for task, (_, q) in TASKS.items()}
+    assert card.data.eval_results[0].dataset_args == {"num_few_shot": 0}
+    assert "**Validated:** passed mean recovery >= 0.95 (recovery against the stored baseline eval" in card.text
+    assert "| arc_easy | acc_norm | 0 | 100 of 2376 | 0.6200 ± 0.0490 | 0.6000 ± 0.0490 | 0.968 ± 0.110 |" in card.text
+    assert "| concurrency 16 | 64 (0) | 72.0 | 87.0 | 2512.0 / 3265.6 | 77.1 / 100.2 | 5.00 |" in card.text
+    assert "vllm serve quantkit-tests/tiny-gptq --max-model-len 2048 --enforce-eager" in card.text
+
+    # unchanged files: the client finds every remote hash equal, no commit is made
+    seen = len(hub.log)
+    again = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert again.returncode == 0, again.stderr
+    assert "nothing changed" in again.stdout
+    assert len(hub.commits(ORG_REPO)) == 2
+    assert not any("/commit/" in line or line.startswith("PUT") for line in hub.log[seen:]), hub.log[seen:]
+    assert not [line for line in hub.log if "NO ROUTE" in line], hub.log
+
+
+def _save(world, data: bytes) -> Path:
+    path = world["tmp"] / "downloaded-README.md"
+    path.write_bytes(data)
+    return path
+
+
+def test_refuses_without_validation_and_force_says_so(world):
+    hub = world["hub"]
+    store_runs(world["home"], world["ckpt"], world["baseline"], evals=False)
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert proc.returncode == 3
+    line = _one_line(proc.stderr)
+    assert "not validated" in line and "no stored eval" in line and "--force" in line
+    assert hub.log == []  # refused before talking to the Hub
+
+    forced = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["validated"] is False
+    readme = hub.file_bytes(ORG_REPO, "README.md").decode()
+    assert "> **Not validated.** This checkpoint was pushed with `--force`: no stored eval for" in readme
+    assert "accuracy is missing" in readme  # a missing measurement is said to be missing
+    assert "Validated:**" not in readme
+
+
+def test_failed_gate_refuses_with_exit_3(world):
+    store_runs(world["home"], world["ckpt"], world["baseline"], quant_scores={"arc_easy": 0.40})
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert proc.returncode == 3
+    assert "gate failed: average recovery 0.8" in _one_line(proc.stderr)
+    assert world["hub"].log == []
+    # the same store passes a gate the user loosens on purpose
+    ok = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.8")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_quantized_without_baseline_eval_is_not_validated(world):
+    store_runs(world["home"], world["ckpt"], world["baseline"], baseline=False)
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert proc.returncode == 3
+    assert "no stored baseline eval" in _one_line(proc.stderr)
+
+
+def test_bad_token_is_one_line_and_never_shown(world):
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, env={"HF_TOKEN": "hf_wrongWrongWrong0123456789"})
+    assert proc.returncode == 1
+    line = _one_line(proc.stderr)
+    assert "HTTP 401" in line and "token" in line
+    assert "hf_wrongWrongWrong0123456789" not in proc.stderr + proc.stdout
+    assert ORG_REPO not in world["hub"].repos
+    # nothing quantkit keeps holds a token
+    for path in world["home"].rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            assert TOKEN.encode() not in data and b"hf_wrongWrongWrong" not in data
+
+
+def test_network_failure_at_commit_publishes_nothing_and_rerun_works(world):
+    hub = world["hub"]
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    hub.faults["commit"] = "drop"  # the connection dies when the commit is sent, after the LFS upload
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert proc.returncode == 1
+    line = _one_line(proc.stderr)
+    assert "nothing was published" in line and "safe to re-run" in line
+    assert len(hub.commits(ORG_REPO)) == 1  # only the repo's initial commit
+    assert any(entry.startswith("PUT /__lfs/") for entry in hub.log)
+
+    hub.faults["commit"] = "500"  # a server error at the commit: also one line, also nothing published
+    proc = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert proc.returncode == 1
+    assert "HTTP 500" in _one_line(proc.stderr) and "nothing was published" in _one_line(proc.stderr)
+    assert len(hub.commits(ORG_REPO)) == 1
+
+    again = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["changed"] is True
+    assert len(hub.commits(ORG_REPO)) == 2
+    assert sum(entry.startswith("PUT /__lfs/") for entry in hub.log) == 1  # the stored blob was not re-sent
+
+
+def test_existing_repo_revision_and_pr(world):
+    hub = world["hub"]
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    first = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--revision", "w4a16", "--private", "--json")
+    assert first.returncode == 0, first.stderr
+    assert hub.repos[ORG_REPO].private
+    assert len(hub.commits(ORG_REPO, "w4a16")) == 2 and len(hub.commits(ORG_REPO, "main")) == 1
+    got = files_of(download(world, revision="w4a16"))
+    assert got["model.safetensors"] == (world["ckpt"] / "model.safetensors").read_bytes()
+
+    # the repo exists now (409 on create): reused; a PR against main carries the files
+    pr = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--create-pr", "--commit-message", "w4a16 via PR", "--json")
+    assert pr.returncode == 0, pr.stderr
+    result = json.loads(pr.stdout)
+    assert result["pr_url"].endswith("/discussions/1")
+    assert hub.commits(ORG_REPO, "refs/pr/1")[0].message == "w4a16 via PR"
+    assert len(hub.commits(ORG_REPO, "main")) == 1
+
+
+def test_card_command_writes_the_card_locally(world):
+    from huggingface_hub import ModelCard
+
+    store_runs(world["home"], world["ckpt"], world["baseline"], evals=False)
+    out = world["tmp"] / "card.md"
+    proc = quantkit(world, "card", world["ckpt"], "-o", out, "--repo", ORG_REPO, "--json")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["validated"] is False and "no stored eval" in result["reason"]
+    card = ModelCard.load(out)
+    assert card.data.eval_results is None  # nothing measured, nothing claimed
+    assert "> **Not validated:** no stored eval" in card.text
+    assert "| concurrency 1 | 4 (0) | 17.0 | 22.0 |" in card.text
+    assert "c4: 32 samples x 256 tokens (8192 tokens), seed 0" in card.text
+    assert "group_size: 128" in card.text  # the recipe YAML as asked for
+    assert world["hub"].log == []
+
+
+def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
+    from huggingface_hub import ModelCard
+
+    from quantkit.bench import TuneEntry, TuneResult
+    from quantkit.engine import ServeConfig
+
+    store_runs(world["home"], world["ckpt"], world["baseline"], bench=False)
+    base = ServeConfig(enforce_eager=True)
+    tuned = ServeConfig(enforce_eager=True, max_num_seqs=64, block_size=64)
+    point = _bench_run(world["ckpt"], [63.1, 63.1]).points[0]
+    tune = TuneResult(model_dir=str(world["ckpt"]), slo="ttft_p95=0.5", entries=[
+        TuneEntry(label="defaults", config=base.changed(), command="vllm serve x", point=point),
+        TuneEntry(label="max-num-seqs=64 block-size=64", config=tuned.changed(), command="vllm serve x", point=point)])
+    tune.best, tune.best_reason = tune.entries[1], "highest output tok/s among configurations meeting the SLO"
+    (world["ckpt"] / "quantkit-bench" / "tune-20261129T163025Z.json").write_text(json.dumps(tune.model_dump(mode="json")))
+    # an older tune must not win over the newest one
+    (world["ckpt"] / "quantkit-bench" / "tune-20261128T000000Z.json").write_text(json.dumps(
+        {**tune.model_dump(mode="json"), "best": {**tune.entries[0].model_dump(mode="json"), "config": {"max_num_seqs": 8}}}))
+
+    proc = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO)
+    assert proc.returncode == 0, proc.stderr
+    card = ModelCard.load(world["ckpt"] / "README.md")  # default: beside the checkpoint
+    assert "vllm serve quantkit-tests/tiny-gptq --max-num-seqs 64 --block-size 64 --max-model-len 2048 --enforce-eager" in card.text
+    assert "tuned by `quantkit tune` (max-num-seqs=64 block-size=64: highest output tok/s" in card.text
+    assert "No benchmark is stored for this checkpoint: throughput and latency are missing." in card.text
+    assert "- bench: missing" in card.text
+    assert len(card.data.eval_results) == 2  # accuracy is stored, so it is claimed
+    # and push leaves the local README aside: the card it uploads is built afresh from the store
+    from quantkit.hub import _commit_files
+
+    assert "README.md" not in [name for name, _ in _commit_files(world["ckpt"])]
