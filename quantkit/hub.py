@@ -6,10 +6,14 @@ The recipe's `gates:` are not stored with the runs, so the gates are those given
 command line (`--min-recovery`, default 0.95; `--min-task-recovery`; `--gate TASK=MIN`). A
 checkpoint folder DIR is found in the store by its records: a convert record whose
 result.output_dir is DIR, or bench/eval records whose params.checkpoint is DIR (paths compared
-after resolving). For each stage the newest record is used (as `quantkit compare` does). DIR is
+after resolving). For each stage the newest finished record decides: a newer failed eval is not
+hidden by an older success (stricter than `quantkit compare`, which shows the newest success,
+because a publish gate should not rest on a result the latest attempt could not repeat). DIR is
 validated when
-  1. its newest eval record is `done`, and
-  2. for a quantized checkpoint (any variant but the model's `baseline`): the model's baseline
+  1. its newest eval record is `done`,
+  2. that eval started after the newest conversion of DIR finished (a re-conversion rewrites the
+     weights in the same folder, so an older eval measured other weights), and
+  3. for a quantized checkpoint (any variant but the model's `baseline`): the model's baseline
      has a `done` eval on the same protocol, and the recovery (quantized / baseline, computed by
      compare/evals_core) passes every gate.
 A quantized checkpoint without a stored baseline eval is NOT validated: its gates cannot be
@@ -155,6 +159,11 @@ def _decide(store: Store, ev: Evidence, variant_fn) -> None:
         return
     if eval_rec.status != "done":
         ev.reason = f"its latest eval is {eval_rec.status}: {eval_rec.error or 'no reason stored'}"
+        return
+    convert = ev.stages.get("convert")
+    if convert is not None and convert.status == "done" and convert.finished_at and eval_rec.started_at < convert.finished_at:
+        ev.reason = (f"its eval ({eval_rec.started_at}) predates the latest conversion of this folder "
+                     f"({convert.finished_at}): the weights were rewritten since; evaluate them again")
         return
     if ev.variant == "baseline":
         ev.validated, ev.reason = True, "the unquantized baseline: evaluated (no recovery gate applies)"

@@ -404,3 +404,62 @@ def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     from quantkit.hub import _commit_files
 
     assert "README.md" not in [name for name, _ in _commit_files(world["ckpt"])]
+
+
+def _verdict(home: Path, folder: Path):
+    from quantkit.hub import build_card, gather_evidence
+    from quantkit.store import Store
+
+    with Store(home / "results.db") as store:
+        ev = gather_evidence(store, folder, {"min_recovery": 0.95})
+        return ev, str(build_card(store, ev, ORG_REPO))
+
+
+def test_validation_rules_in_process(world, tmp_path):
+    """The rules of quantkit/hub.py's docstring, one store each (no Hub, no subprocess)."""
+    from quantkit.store import Store, run_key
+
+    ckpt, baseline = world["ckpt"], world["baseline"]
+
+    home = tmp_path / "ok"
+    store_runs(home, ckpt, baseline)
+    ev, text = _verdict(home, ckpt)
+    assert ev.validated and ev.variant == "gptq" and ev.model == "smollm2-135m"
+    assert text == _verdict(home, ckpt)[1]  # same store, same card: a re-push is a no-op
+
+    # a newer eval that failed is not hidden by the older success
+    with Store(home / "results.db") as store:
+        rid = store.begin(run_key("eval", again=1), "eval", "smollm2-135m", "gptq", {"checkpoint": str(ckpt)})
+        store.fail(rid, "lm-eval failed on task 'arc_easy': ReadTimeout")
+    ev, _ = _verdict(home, ckpt)
+    assert not ev.validated and ev.reason == "its latest eval is failed: lm-eval failed on task 'arc_easy': ReadTimeout"
+
+    # an eval that predates the latest conversion of the folder measured other weights
+    home = tmp_path / "stale"
+    store_runs(home, ckpt, baseline)
+    with Store(home / "results.db") as store:
+        store.db.execute("UPDATE records SET started_at = '2026-01-01T00:00:00+00:00' WHERE kind = 'eval' AND variant = 'gptq'")
+    ev, _ = _verdict(home, ckpt)
+    assert not ev.validated and "predates the latest conversion" in ev.reason
+
+    # a baseline evaluated on another protocol gives no recovery, so no verdict
+    home = tmp_path / "protocol"
+    store_runs(home, ckpt, baseline)
+    with Store(home / "results.db") as store:
+        rec = next(r for r in store.records(kind="eval") if r.variant == "baseline")
+        for t in rec.result["tasks"]:
+            t["limit"] = t["n_samples"] = 50
+        rid = store.begin(rec.run_key, "eval", rec.model, "baseline", rec.params)
+        store.finish(rid, rec.result)
+    ev, text = _verdict(home, ckpt)
+    assert not ev.validated and "different protocol than the baseline" in ev.reason
+    assert "> **Not validated:** recovery against the baseline cannot be computed" in text
+
+    # the baseline itself: evaluated is enough (no recovery applies); not called a quantization
+    ev, text = _verdict(tmp_path / "ok", baseline)
+    assert ev.validated and ev.variant == "baseline"
+    assert "base_model_relation" not in text and "| arc_easy | acc_norm | 0 | 100 of 2376 | n/a | 0.6200 ± 0.0490 | n/a (baseline) |" in text
+
+    # a folder the store knows nothing about
+    ev, text = _verdict(tmp_path / "ok", tmp_path)
+    assert not ev.validated and ev.reason.startswith("no stored runs for")
