@@ -230,6 +230,12 @@ def _ms(stats: dict[str, Any] | None, key: str) -> str:
     return f"{stats[key] * 1000:.1f}"
 
 
+def _metric_name(key: str) -> str:
+    """lm-eval's "name,filter" as a readable name: "acc_norm", "exact_match (strict-match)"."""
+    name, _, filt = key.partition(",")
+    return name if filt in ("", "none") else f"{name} ({filt})"
+
+
 def _size(n: int | None) -> str:
     return MISSING if n is None else f"{n / 1e6:.1f} MB ({n} bytes)"
 
@@ -353,7 +359,7 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
     for row in rows:
         if row["quantized"] is None:
             continue
-        metric = row["metric"].split(",")[0]
+        metric = _metric_name(row["metric"])
         eval_results.append(EvalResult(
             task_type="text-generation", dataset_type=row["task"], dataset_name=row["task"],
             metric_type=metric, metric_value=row["quantized"], metric_name=metric,
@@ -438,7 +444,7 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
             items = f"{r['n_samples']} of {r['n_available']}" if r["n_samples"] is not None else MISSING
             rec = _pm(r["recovery"], r["recovery_stderr"], 3) if ev.variant != "baseline" else "n/a (baseline)"
             base_cell = _pm(r["baseline"], r["baseline_stderr"]) if ev.variant != "baseline" else "n/a"
-            out.append(f"| {r['task']} | {r['metric'].split(',')[0]} | {_fmt(r['n_shot'])} | {items} | "
+            out.append(f"| {r['task']} | {_metric_name(r['metric'])} | {_fmt(r['n_shot'])} | {items} | "
                        f"{base_cell} | {_pm(r['quantized'], r['quantized_stderr'])} | {rec} |")
         out.append("")
         if ev.recovery:

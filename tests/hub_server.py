@@ -3,8 +3,10 @@
 It speaks the part of the Hub's HTTP protocol that the installed huggingface_hub client (1.x,
 read from its source: hf_api.py create_repo/create_branch/create_commit/repo_info/list_repo_tree,
 _commit_api.py preupload and commit, lfs.py batch/upload/verify, file_download.py resolve) calls
-for create_repo + create_commit/upload_folder + snapshot_download, so the real client can be
-pointed at it with HF_ENDPOINT. Repos live in memory as git-like commits of file maps.
+for create_repo + create_commit (what upload_folder also ends in without Xet) + snapshot_download,
+so the real client can be pointed at it with HF_ENDPOINT. Repos live in memory as git-like
+commits of file maps. The client also fetches `/api/agent-harnesses` (a registry it uses to tag
+its user agent); it gets an empty one.
 
 - `POST /api/repos/create` {name, organization, type, visibility?} -> {"url"}; 409 with the url when it exists
 - `GET  /api/models/{repo}[/revision/{rev}]` -> {id, sha, private, siblings}

@@ -305,6 +305,13 @@ def test_bad_token_is_one_line_and_never_shown(world):
     assert "HTTP 401" in line and "token" in line
     assert "hf_wrongWrongWrong0123456789" not in proc.stderr + proc.stdout
     assert ORG_REPO not in world["hub"].repos
+    # not even in the traceback QUANTKIT_DEBUG=1 adds
+    debug = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO,
+                     env={"HF_TOKEN": "hf_wrongWrongWrong0123456789", "QUANTKIT_DEBUG": "1"})
+    assert debug.returncode == 1 and "Traceback" in debug.stderr
+    assert "hf_wrongWrongWrong0123456789" not in debug.stderr + debug.stdout
+    missing = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, env={"HF_TOKEN": ""})
+    assert missing.returncode == 1 and "no Hugging Face token: set HF_TOKEN or run `hf auth login`" in _one_line(missing.stderr)
     # nothing quantkit keeps holds a token
     for path in world["home"].rglob("*"):
         if path.is_file():
@@ -339,7 +346,12 @@ def test_network_failure_at_commit_publishes_nothing_and_rerun_works(world):
 def test_existing_repo_revision_and_pr(world):
     hub = world["hub"]
     store_runs(world["home"], world["ckpt"], world["baseline"])
-    first = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--revision", "w4a16", "--private", "--json")
+    # the stored login (`hf auth login` writes HF_HOME/token) works as well as HF_TOKEN
+    hf_home = Path(world["env"]["HF_HOME"])
+    hf_home.mkdir(parents=True, exist_ok=True)
+    (hf_home / "token").write_text(TOKEN)
+    first = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--revision", "w4a16", "--private", "--json",
+                     env={"HF_TOKEN": ""})
     assert first.returncode == 0, first.stderr
     assert hub.repos[ORG_REPO].private
     assert len(hub.commits(ORG_REPO, "w4a16")) == 2 and len(hub.commits(ORG_REPO, "main")) == 1
