@@ -404,10 +404,13 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     if ev.convert:
         calib = convert.get("calibration") or {}
         recipe = convert.get("recipe") or {}
-        calib_text = MISSING if not recipe.get("calibration") and not calib else (
-            f"{calib.get('dataset', MISSING)}: {calib.get('num_samples', MISSING)} samples x "
-            f"{calib.get('seq_len', MISSING)} tokens ({calib.get('tokens', MISSING)} tokens), seed {calib.get('seed', MISSING)}")
-        if not recipe.get("calibration") and not calib:
+        if calib:  # what the conversion used (the recipe's numbers may have been overridden)
+            calib_text = (f"{calib.get('dataset', MISSING)}: {calib.get('num_samples', MISSING)} samples x "
+                          f"{calib.get('seq_len', MISSING)} tokens ({calib.get('tokens', MISSING)} tokens), "
+                          f"seed {calib.get('seed', MISSING)}")
+        elif recipe.get("calibration"):
+            calib_text = f"{MISSING} (the recipe names calibration data, the conversion record does not)"
+        else:
             calib_text = "none (this method needs no calibration data)"
         hw = convert.get("hardware") or {}
         out += ["| | |", "|---|---|",
@@ -473,7 +476,9 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
                    f"{count}{device}" + (f" ({hw['cpu_count']} CPUs)" if not hw.get('gpu') and hw.get('cpu_count') else "")
                    + f"; prompts of {wl.get('input_len') or MISSING} tokens, {wl.get('output_len') or MISSING} output "
                    f"tokens, server flags `{' '.join(_server_flags(server)) or 'defaults'}`."
-                   + ("" if br.get("complete", True) else " The benchmark stopped early; these are the points it finished."))
+                   + ("" if ev.bench.status == "done" and br.get("complete", True) else
+                      f" The benchmark stopped early ({ev.bench.status}: {ev.bench.error or 'no reason stored'}); "
+                      "these are the points it finished."))
         base_points = {(_px(p)): p for p in _bench_points(store, ev.baseline_bench)} if ev.variant != "baseline" else {}
         head = "| load | requests (failed) | output tok/s |"
         if base_points:

@@ -11,7 +11,7 @@ from ..console import run_command, stdout
 from . import app
 from .options import JSON, QUIET, mode
 
-MIN_RECOVERY = typer.Option(0.95, "--min-recovery", help="Gate: minimum mean recovery over accuracy tasks (0 turns it off).")
+MIN_RECOVERY = typer.Option(0.95, "--min-recovery", help="Gate: minimum mean recovery over accuracy tasks (0 turns it off; a quantized checkpoint needs at least one gate to pass).")
 MIN_TASK_RECOVERY = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task.")
 GATE = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable).")
 BASE_MODEL = typer.Option(None, "--base-model", help="Hub id of the model it was made from (default: from quantkit.json when that is a Hub id or a built-in alias).")

@@ -475,3 +475,20 @@ def test_validation_rules_in_process(world, tmp_path):
     # a folder the store knows nothing about
     ev, text = _verdict(tmp_path / "ok", tmp_path)
     assert not ev.validated and ev.reason.startswith("no stored runs for")
+
+
+def test_card_keeps_the_points_of_a_bench_that_stopped_early(world, tmp_path):
+    from quantkit.store import Store, run_key
+
+    home = tmp_path / "partial"
+    store_runs(home, world["ckpt"], world["baseline"], bench=False)
+    point = _bench_run(world["ckpt"], [17.0, 72.0]).points[0]
+    with Store(home / "results.db") as store:
+        rid = store.begin(run_key("bench", partial=1), "bench", "smollm2-135m", "gptq", {"checkpoint": str(world["ckpt"])})
+        store.add_point(rid, point.model_dump(mode="json"))
+        store.fail(rid, "the server died during the point at concurrency 16: exit code -9")
+    ev, text = _verdict(home, world["ckpt"])
+    assert ev.validated  # accuracy gates decide; the bench is reported as it is
+    assert "| concurrency 1 | 4 (0) | 17.0 | 22.0 |" in text
+    assert "The benchmark stopped early (failed: the server died during the point at concurrency 16: exit code -9)" in text
+    assert "concurrency 16 |" not in text.split("## How to serve")[0].split("## Throughput")[1]
