@@ -241,7 +241,7 @@ def _measure_stages(store: Store, plan: RunRecipe, model_name: str, label: str, 
     try:
         with VLLMServer(folder, serve) as server:
             for kind, key in todo:
-                _stage(store, kind, key, label, model_name, folder, plan, server, serve, summary)
+                _stage(store, kind, key, label, model_name, folder, fingerprint, plan, server, serve, summary)
     except QuantkitError as exc:  # the server did not start: every pending stage of it failed
         for kind, key in todo:
             if not any(o.run_key == key for o in summary.outcomes):
@@ -252,10 +252,14 @@ def _measure_stages(store: Store, plan: RunRecipe, model_name: str, label: str, 
         warn(f"[{label}] {exc.one_line()}; the other checkpoints go on")
 
 
-def _stage(store: Store, kind: str, key: str, label: str, model_name: str, folder: Path, plan: RunRecipe,
-           server, serve, summary: RunSummary) -> None:
-    params = {"checkpoint": str(folder), "serve": serve.model_dump(),
+def _stage(store: Store, kind: str, key: str, label: str, model_name: str, folder: Path, fingerprint: str,
+           plan: RunRecipe, server, serve, summary: RunSummary) -> None:
+    # the fingerprint ties a measurement to the exact weights; the gates travel with the eval so
+    # that `quantkit push` can apply the recipe's own gates later
+    params = {"checkpoint": str(folder), "fingerprint": fingerprint, "serve": serve.model_dump(),
               kind: (plan.bench if kind == "bench" else plan.eval).model_dump()}
+    if kind == "eval":
+        params["gates"] = plan.gates.model_dump()
     record_id = store.begin(key, kind, model_name, label, params)
     t0 = time.monotonic()
     try:

@@ -16,7 +16,15 @@ def main():
     kwargs = dict(bits=spec["bits"], group_size=spec["group_size"] or -1, sym=spec["symmetric"], desc_act=False)
     if spec["method"] == "awq":
         kwargs["quant_method"] = METHOD.AWQ
-    kwargs.update(spec.get("options") or {})
+    # recipe options are written for llm-compressor; carry over the ones GPTQModel also has
+    renames = {"dampening_frac": "damp_percent"}
+    fields = set(getattr(QuantizeConfig, "__dataclass_fields__", {}))
+    for key, value in (spec.get("options") or {}).items():
+        key = renames.get(key, key)
+        if key in fields:
+            kwargs[key] = value
+        else:
+            print(f"quantkit: ignoring option {key!r}: GPTQModel's QuantizeConfig has no such field", file=sys.stderr)
     config = QuantizeConfig(**kwargs)
     samples = [{"input_ids": s["input_ids"], "attention_mask": s["attention_mask"]} for s in read_calibration(spec)]
     started = time.monotonic()

@@ -23,7 +23,10 @@ def probe(path):
     started = time.monotonic()
     llm = None
     try:
-        llm = LLM(model=path, max_model_len=512, enforce_eager=True, seed=0)
+        # small scheduler limits keep vLLM's warm-up forward pass cheap: on CPUs without AMX the
+        # FP8 path is a plain-torch fallback, and a default-sized warm-up takes minutes there
+        llm = LLM(model=path, max_model_len=256, max_num_batched_tokens=256, max_num_seqs=4,
+                  enforce_eager=True, seed=0)
         load_s = time.monotonic() - started
         out = llm.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))[0].outputs[0]
         quant = getattr(llm.llm_engine.vllm_config.model_config, "quantization", None)
