@@ -6,6 +6,10 @@ ignore_eos, number of prompts, concurrency). Prints output tok/s, median TPOT an
 both and the ratios quantkit / vLLM (goal 0.90-1.10 on the CPU, 0.95-1.05 on a GPU). Interleaving
 spreads drift from other load on the machine over both tools.
 
+`--simultaneous` runs quantkit's load generator (in this process) at the moment vLLM's main run
+starts, each tool at --concurrency: the server batches both loads together, so both tools measure
+the same server state even when other work on a shared CPU comes and goes.
+
     .venv/bin/python benchmarks/bench_agreement.py [MODEL_DIR] [--concurrency 4] [--num-prompts 32]
 
 A script, not a test: its figures go in the issue note.
@@ -25,7 +29,9 @@ from quantkit import models
 from quantkit.engine import ServeConfig, VLLMServer, serve_env, vllm_command
 
 
-def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int) -> dict:
+def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int, alongside=None) -> dict:
+    """Run `vllm bench serve`; with `alongside`, call it as soon as vLLM's main run starts (both
+    tools then load the server together and see the same server state)."""
     name = f"vllm-{index}.json"
     cmd = [
         *vllm_command(), "bench", "serve", "--backend", "vllm", "--base-url", server.url,
@@ -36,12 +42,36 @@ def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: 
         "--num-warmups", "2", "--disable-tqdm",
         "--save-result", "--result-dir", str(out_dir), "--result-filename", name,
     ]
-    done = subprocess.run(cmd, env=serve_env(), capture_output=True, text=True)
-    if done.returncode != 0:
-        sys.exit(f"vllm bench serve failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    proc = subprocess.Popen(cmd, env=serve_env({"PYTHONUNBUFFERED": "1"}), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    output, other = [], None
+    for line in proc.stdout:
+        output.append(line)
+        if alongside is not None and other is None and line.startswith("Starting main benchmark run"):
+            other = alongside()
+    proc.wait()
+    if proc.returncode != 0:
+        sys.exit("vllm bench serve failed:\n" + "".join(output)[-4000:])
     data = json.loads((out_dir / name).read_text())
-    return {"output_tok_s": data["output_throughput"], "tpot_ms": data["median_tpot_ms"],
-            "ttft_ms": data["median_ttft_ms"], "completed": data["completed"]}
+    result = {"output_tok_s": data["output_throughput"], "tpot_ms": data["median_tpot_ms"],
+              "ttft_ms": data["median_ttft_ms"], "completed": data["completed"]}
+    return result if alongside is None else (result, other)
+
+
+def quantkit_inline(server: VLLMServer, model_dir: Path, args, index: int):
+    """quantkit's load generator in this process, prompts built beforehand: it starts in
+    milliseconds when called (the CLI would spend seconds importing transformers first)."""
+    from quantkit.loadgen import PromptSource, Target, run_point
+
+    prompts = PromptSource(model_dir, args.input_len, seed=100 + index).prompts(args.num_prompts, 0)
+    target = Target(api_url=server.api_url, model=server.model_name)
+
+    def go() -> dict:
+        p = run_point(target, prompts, args.output_len, concurrency=args.concurrency)
+        return {"output_tok_s": p.output_tok_s, "tpot_ms": p.tpot.p50 * 1000, "ttft_ms": p.ttft.p50 * 1000,
+                "completed": p.successes}
+
+    return go
 
 
 def quantkit_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int) -> dict:
@@ -67,6 +97,9 @@ def main() -> None:
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--simultaneous", action="store_true",
+                        help="run both tools at the same time (each at --concurrency) instead of one after the "
+                             "other: on a busy shared CPU both then see the same server state")
     parser.add_argument("--compiled", action="store_true", help="torch.compile (slower start) instead of --enforce-eager")
     args = parser.parse_args()
     model_dir = Path(args.model_dir).absolute() if args.model_dir else models.resolve("smollm2-135m").path
@@ -75,8 +108,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, VLLMServer(model_dir, ServeConfig(enforce_eager=not args.compiled)) as server:
         out = Path(tmp)
         for i in range(args.repeats):
-            rows["vllm bench serve"].append(vllm_bench(server, model_dir, args, out, i))
-            rows["quantkit bench"].append(quantkit_bench(server, model_dir, args, out, i))
+            if args.simultaneous:
+                v, q = vllm_bench(server, model_dir, args, out, i, alongside=quantkit_inline(server, model_dir, args, i))
+                rows["vllm bench serve"].append(v)
+                rows["quantkit bench"].append(q)
+            else:
+                rows["vllm bench serve"].append(vllm_bench(server, model_dir, args, out, i))
+                rows["quantkit bench"].append(quantkit_bench(server, model_dir, args, out, i))
             print(f"repeat {i + 1}: vllm {rows['vllm bench serve'][-1]}  quantkit {rows['quantkit bench'][-1]}",
                   file=sys.stderr, flush=True)
         info = server.info
@@ -86,13 +124,24 @@ def main() -> None:
     print(f"model {model_dir.name}, vLLM {info.vllm_version}, {'compiled' if args.compiled else 'eager'}, "
           f"server ready in {info.startup_s:.1f} s; workload: concurrency {args.concurrency}, "
           f"{args.num_prompts} prompts, {args.input_len} in / {args.output_len} out, ignore_eos; "
-          f"median of {args.repeats} interleaved repeats")
+          f"median of {args.repeats} " + ("simultaneous runs (the server saw both loads at once)"
+                                           if args.simultaneous else "interleaved repeats"))
     print(f"{'':18} {'output tok/s':>13} {'median TPOT ms':>15} {'median TTFT ms':>15}")
     for tool, m in med.items():
         print(f"{tool:18} {m['output_tok_s']:13.2f} {m['tpot_ms']:15.2f} {m['ttft_ms']:15.2f}")
-    v, q = med["vllm bench serve"], med["quantkit bench"]
-    ratios = {k: q[k] / v[k] for k in v}
-    print(f"{'ratio q/v':18} {ratios['output_tok_s']:13.3f} {ratios['tpot_ms']:15.3f} {ratios['ttft_ms']:15.3f}")
+    # Ratios per interleaved pair (the two runs of a pair saw about the same load from the rest of
+    # the machine), then their median: sturdier than a ratio of medians on a shared, busy CPU.
+    keys = ("output_tok_s", "tpot_ms", "ttft_ms")
+    pairs = [{k: q[k] / v[k] for k in keys} for v, q in zip(rows["vllm bench serve"], rows["quantkit bench"])]
+    for i, r in enumerate(pairs, 1):
+        print(f"{f'ratio q/v pair {i}':18} {r['output_tok_s']:13.3f} {r['tpot_ms']:15.3f} {r['ttft_ms']:15.3f}")
+    ratios = {k: statistics.median(r[k] for r in pairs) for k in keys}
+    print(f"{'ratio q/v median':18} {ratios['output_tok_s']:13.3f} {ratios['tpot_ms']:15.3f} {ratios['ttft_ms']:15.3f}")
+    try:
+        load = open("/proc/loadavg").read().split()[0]
+        print(f"load average at the end: {load} on {__import__('os').cpu_count()} CPUs")
+    except OSError:
+        pass
     ok = all(0.90 <= r <= 1.10 for r in ratios.values())
     print("agreement within 0.90-1.10: " + ("yes" if ok else "NO"))
 

@@ -296,6 +296,8 @@ def run_bench(
     if any(r <= 0 for r in rate or []):
         raise UsageError("--rate values must be positive")
     config = config or ServeConfig()
+    if url and (config != ServeConfig() or port is not None):
+        warn("serving options (--port, knobs, --serve-arg) do not apply to a server given by --url; ignored")
     # Build prompts before starting the server: a bad dataset or tokenizer fails in a second.
     prompts = PromptSource(model_dir, input_len, seed=seed, dataset=dataset, api=api)
     run = BenchRun(
