@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import time
@@ -96,6 +97,7 @@ class ExternalBackend:
             proc = subprocess.run(
                 [str(python), str(WORKERS / self.worker), str(spec_file)],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                cwd=work,  # GPTQModel writes a logs/ folder into its working directory
             )
         elapsed = time.monotonic() - started
         (work / "worker.log").write_text(proc.stderr)
@@ -106,9 +108,7 @@ class ExternalBackend:
             result = json.loads(proc.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
             raise BackendError(f"{self.name} worker printed no result; its log: {work / 'worker.log'}") from None
-        for name in ("calibration.jsonl", "spec.json", "worker.log"):
-            (work / name).unlink(missing_ok=True)
-        work.rmdir()
+        shutil.rmtree(work, ignore_errors=True)
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         info(f"{self.name} finished in {elapsed:.1f} s")
         return BackendResult(
