@@ -433,8 +433,11 @@ def run_eval(
                 obj = _top_object(loaded[spec.name], spec.name)
                 shots = sorted({int(leaf.get_config("num_fewshot") or 0) for leaf in leaves.values()})
                 what = f"{spec.name} ({shots[0] if len(shots) == 1 else shots}-shot, "
-                what += f"{spec.limit if spec.limit is not None else 'all'} of {sizes[spec.name]} items"
-                what += f" per subtask x {len(leaves)})" if len(leaves) > 1 else ")"
+                if len(leaves) > 1:
+                    what += (f"{spec.limit} items from each of {len(leaves)} subtasks" if spec.limit is not None
+                             else f"all {sizes[spec.name]} items of {len(leaves)} subtasks") + ")"
+                else:
+                    what += f"{spec.limit if spec.limit is not None else 'all'} of {sizes[spec.name]} items)"
                 t0 = time.monotonic()
                 with step(f"evaluating {what}"):
                     results = _evaluate_one(spec, obj, model_args, tm, chat_template)
