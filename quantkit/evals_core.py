@@ -166,7 +166,9 @@ def check_logprobs(api_url: str, model: str, token_ids: list[int]) -> None:
     payload = {"model": model, "prompt": token_ids, "max_tokens": 1, "temperature": 0,
                "logprobs": 1, "echo": True}
     try:
-        response = httpx.post(url, json=payload, timeout=60)
+        # lm-eval's own per-request timeout (300 s): a server that is slow on its first requests
+        # (FP8 on CPU warms up for minutes) must not fail here when lm-eval would have waited.
+        response = httpx.post(url, json=payload, timeout=300)
     except httpx.HTTPError as exc:
         raise BackendError(f"the server at {url} did not answer a completion request ({type(exc).__name__}: {exc})") from None
     if response.status_code != 200:
