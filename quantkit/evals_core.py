@@ -442,7 +442,15 @@ def run_eval(
                     what += f"{spec.limit if spec.limit is not None else 'all'} of {sizes[spec.name]} items)"
                 t0 = time.monotonic()
                 with step(f"evaluating {what}"):
-                    results = _evaluate_one(spec, obj, model_args, tm, chat_template)
+                    try:
+                        results = _evaluate_one(spec, obj, model_args, tm, chat_template)
+                    except BackendError as exc:
+                        # lm-eval only sees refused connections; the server knows why it died
+                        # (vLLM-CPU's engine times out on too-slow steps, e.g. FP8 without AMX).
+                        if hasattr(srv, "alive") and not srv.alive():
+                            raise BackendError(f"the server died during task '{spec.name}' "
+                                               f"({srv.exit_reason()}); {exc.message}") from exc
+                        raise
                 run.tasks.append(_task_result(spec, results, leaves, defs[spec.name], setup.sources[spec.name],
                                               sizes[spec.name], chat_template, run_dir, time.monotonic() - t0))
                 run.wall_time_s = round(time.monotonic() - start, 2)
