@@ -28,12 +28,13 @@ def _print_summary(summary) -> None:
                  + {True: "passed", False: "FAILED", None: "none set"}[summary.gates_passed])
 
 
-def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool) -> None:
+def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool,
+         enforce_gates: bool = True) -> None:
     from ..pipeline import run as run_pipeline
 
     def body():
         summary = run_pipeline(recipe, force=force, report_dir=report_dir)
-        if summary.gates_passed is False:
+        if summary.gates_passed is False and enforce_gates:
             if not (json or quiet):
                 _print_summary(summary)
             raise GateFailed(f"a gate failed; see {summary.report.get('md')} (every result is stored)")
@@ -61,8 +62,12 @@ def demo(
     json: bool = JSON,
     quiet: bool = QUIET,
 ) -> None:
-    """The main job on the built-in demo model (recipes/runs/demo.yaml): SmolLM2-135M, bf16 vs INT8 vs GPTQ."""
-    _run("demo", force, report_dir, json, quiet)
+    """The main job on the built-in demo model (recipes/runs/demo.yaml): SmolLM2-135M, bf16 vs INT8 vs GPTQ.
+
+    The demo shows the gates' verdicts in its report but exits 0 when one fails (a 135M model
+    loses more at 4 bits than the 0.90 gate allows; that is the finding, not an error of the
+    demo). `quantkit run recipes/runs/demo.yaml` enforces them (exit 3)."""
+    _run("demo", force, report_dir, json, quiet, enforce_gates=False)
 
 
 @app.command()
