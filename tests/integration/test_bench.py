@@ -65,7 +65,9 @@ def test_points_are_sane_and_token_counts_exact(server, smollm2_dir):
         assert point.completion_tokens == 8 * 12  # ignore_eos: exactly output_len each
         assert point.prompt_tokens == 8 * 48  # token-id prompts: exactly input_len each
         assert point.tokens_from_usage
-        assert point.ttft.max < point.e2e.min  # every request's first token came before its end
+        # every request's first token came before its end; across requests only these follow
+        # (one request's TTFT may exceed another's E2E when the scheduler queues it)
+        assert point.ttft.max < point.e2e.max and point.ttft.mean < point.e2e.mean
         assert point.itl.n == 8 * 11 and point.tpot.p50 > 0
         assert point.max_in_flight == concurrency
         assert point.output_tok_s > 0 and point.req_s > 0 and point.slo_met is True
@@ -113,7 +115,7 @@ def test_quantized_checkpoint_serves_and_tears_down(smollm2_dir, tmp_path):
     assert any("WNA16" in line or "Kernel" in line for line in run.server.quant_lines), run.server.quant_lines
     for point in run.points:
         assert point.failures == 0 and point.completion_tokens == 4 * 8
-        assert point.ttft.max < point.e2e.min
+        assert point.ttft.max < point.e2e.max and point.ttft.mean < point.e2e.mean
     # run_bench's server is gone with its whole process group (pid == pgid: a session leader)
     assert run.server.pid and group_gone(run.server.pid)
 
