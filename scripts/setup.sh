@@ -49,7 +49,8 @@ if [ "$what" = main ] || [ "$what" = all ]; then
     finish_venv .venv requirements/main.txt
   fi
   # quantkit itself, editable (again if this checkout moved)
-  if ! .venv/bin/python -c "import quantkit, sys; sys.exit(quantkit.__file__ != '$root/quantkit/__init__.py')" 2>/dev/null; then
+  # (asked from / : from the checkout, `import quantkit` would find ./quantkit without any install)
+  if ! (cd / && "$root/.venv/bin/python" -c "import quantkit.recipes, sys; sys.exit(quantkit.__file__ != '$root/quantkit/__init__.py')") 2>/dev/null; then
     .venv/bin/python -m pip install -q --no-deps -e . >&2
   fi
 fi
