@@ -306,6 +306,17 @@ def vllm_command() -> list[str]:
     return [str(exe), "-m", "vllm.entrypoints.cli.main"]
 
 
+def installed_vllm_version() -> str:
+    """The vLLM release of the vLLM environment (part of every measurement's run key), asked of
+    that environment's python; "none" when there is no vLLM environment."""
+    python = settings.backend_python("vllm")
+    if python is None:
+        return "none"
+    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+                          capture_output=True, text=True)
+    return proc.stdout.strip() or "unknown"
+
+
 def has_gpu() -> bool:
     return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 

@@ -10,7 +10,6 @@ recorded as failed and the others go on. The report is written from the store al
 from __future__ import annotations
 
 import platform
-import subprocess
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -120,15 +119,6 @@ def hardware_fingerprint() -> dict[str, Any]:
             "gpu": hw.get("gpu"), "gpu_count": hw.get("gpu_count"), "system": platform.system()}
 
 
-def vllm_version() -> str:
-    python = settings.backend_python("vllm")
-    if python is None:
-        return "none"
-    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
-                          capture_output=True, text=True)
-    return proc.stdout.strip() or "unknown"
-
-
 class StageOutcome(BaseModel):
     variant: str
     kind: str
@@ -156,7 +146,9 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     store = store or Store()
     summary = RunSummary(recipe=str(recipe_path), model=model.name)
     common = {"hardware": hardware_fingerprint(), "quantkit": __version__}
-    vllm = vllm_version()
+    from .engine import installed_vllm_version
+
+    vllm = installed_vllm_version()
     try:
         checkpoints: list[tuple[str, str, Path]] = []  # (variant label, method, dir)
         if plan.baseline:
