@@ -126,3 +126,35 @@ def _verify(record: ConvertRecord, out: Path) -> None:
         raise BackendError(
             f"the checkpoint was written to {out}, but vLLM {result['vllm']} cannot load it: {result['error']}"
         )
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Move the finished checkpoint into place; an old one (with --force) goes only after that."""
+    old = None
+    if out.exists():
+        old = out.with_name(f".{out.name}.old-{os.getpid()}")
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _quantization_config(folder: Path) -> dict[str, Any] | None:
+    import json
+
+    config_file = folder / "config.json"
+    if not config_file.is_file():
+        return None
+    qc = json.loads(config_file.read_text()).get("quantization_config")
+    if not isinstance(qc, dict):
+        return None
+    # the essentials only: the full config (with every layer's scheme) stays in config.json
+    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point")
+    summary = {k: qc[k] for k in keys if k in qc}
+    groups = qc.get("config_groups") or {}
+    if groups:
+        summary["config_groups"] = {
+            name: {part: group.get(part) for part in ("weights", "input_activations") if group.get(part)}
+            for name, group in groups.items()
+        }
+    return summary

@@ -134,3 +134,16 @@ def test_gptqmodel_backend_output_loads_in_vllm(tiny_llama_dir, tmp_path):
     assert record.versions.get("gptqmodel")
     result = verify_in_vllm([Path(record.output_dir)])[0]
     assert result["ok"] and result["quantization"] in ("gptq", "auto_gptq", "gptq_marlin"), result
+
+
+def test_verify_keeps_the_checkpoint_and_says_why_vllm_refused(tiny_llama_dir, tmp_path):
+    out = tmp_path / "w8a16"
+    proc = subprocess.run(
+        [sys.executable, "-m", "quantkit", "convert", str(tiny_llama_dir), "--method", "w8a16", "-o", str(out),
+         "--verify"], capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 1
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "was written to" in error[0] and "cannot load it" in error[0]
+    record = ConvertRecord.read(out)  # nothing computed is lost: the checkpoint and its record stay
+    assert record.vllm_check["ok"] is False and "WNA16" in record.vllm_check["error"]
+    assert record.vllm_check["vllm"].startswith("0.32")
