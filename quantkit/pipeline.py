@@ -14,14 +14,12 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from . import __version__, models, recipe as recipes, settings
 from .console import info, warn
 from .errors import QuantkitError, UsageError
 from .evals_core import Gates
-from .recipe import _explain, _line_index
 from .store import Store, run_key
 
 
@@ -90,16 +88,7 @@ def load(path: str | Path) -> RunRecipe:
             raise UsageError(f"run recipe {path} does not exist (built-in: demo)")
     else:
         text, source = p.read_text(), str(p)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise UsageError(f"{source}: not valid YAML ({exc})") from None
-    if not isinstance(data, dict):
-        raise UsageError(f"{source}: a run recipe is a YAML mapping")
-    try:
-        run = RunRecipe.model_validate(data)
-    except ValidationError as exc:
-        raise UsageError(_explain(exc, source, _line_index(text), RunRecipe)) from None
+    run = recipes.parse_model(text, source, RunRecipe, "a run recipe")
     for entry in run.methods:
         try:
             entry.quant_recipe()

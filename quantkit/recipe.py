@@ -163,7 +163,8 @@ def _explain(exc: ValidationError, source: str, lines: dict[tuple, int], root: t
     return f"{source}:{line}: {message}" + (f" (and {more} more problem{'s' * (more > 1)})" if more else "")
 
 
-def parse(text: str, source: str = "<recipe>") -> Recipe:
+def parse_model(text: str, source: str, model: type[BaseModel], what: str = "a recipe") -> BaseModel:
+    """YAML text -> a validated pydantic model, every error one line with file:line."""
     try:
         data = yaml.safe_load(text)
         lines = _line_index(text)
@@ -172,11 +173,15 @@ def parse(text: str, source: str = "<recipe>") -> Recipe:
         line = f":{mark.line + 1}" if mark else ""
         raise UsageError(f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict):
-        raise UsageError(f"{source}: a recipe is a YAML mapping (key: value lines)")
+        raise UsageError(f"{source}: {what} is a YAML mapping (key: value lines)")
     try:
-        return Recipe.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise UsageError(_explain(exc, source, lines)) from None
+        raise UsageError(_explain(exc, source, lines, model)) from None
+
+
+def parse(text: str, source: str = "<recipe>") -> Recipe:
+    return parse_model(text, source, Recipe)  # type: ignore[return-value]
 
 
 def builtin_names() -> list[str]:
