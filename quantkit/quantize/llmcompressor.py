@@ -40,7 +40,12 @@ class LLMCompressorBackend:
         compute_dtype = _compute_dtype(recipe.compute_dtype, torch)
         with step(f"loading {model_ref.ref} ({compute_dtype})"):
             tokenizer = AutoTokenizer.from_pretrained(model_ref.path)
-            model = AutoModelForCausalLM.from_pretrained(model_ref.path, dtype=getattr(torch, compute_dtype))
+            # Calibrated methods load on the CPU: llm-compressor's sequential pipeline onloads one
+            # layer at a time to the GPU. Data-free ones (fp8, rtn) quantize in place, so on a GPU
+            # machine they load onto it (llm-compressor's advice; an 8B fp8 pass would crawl on CPU).
+            device_map = "auto" if torch.cuda.is_available() and not recipe.needs_calibration else None
+            model = AutoModelForCausalLM.from_pretrained(model_ref.path, dtype=getattr(torch, compute_dtype),
+                                                         device_map=device_map)
             model.eval()
 
         group_size = resolve_group_size(model, recipe)

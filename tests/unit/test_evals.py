@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from quantkit import evals_core, evals_tasks
 from quantkit.cli import app
-from quantkit.errors import BackendError, GateFailed, SetupError, UsageError
+from quantkit.errors import QuantkitError, BackendError, GateFailed, SetupError, UsageError
 
 ALL_TASKS = ["arc_easy", "arc_challenge", "hellaswag", "piqa", "winogrande", "boolq", "lambada_openai",
              "gsm8k", "mmlu", "truthfulqa_mc2", "wikitext"]
@@ -164,15 +164,18 @@ def test_missing_data_file_is_one_line_naming_the_file(tmp_path, data_dir):
     assert str(partial / "arc_easy" / "validation.jsonl") in msg and "arc_easy" in msg and "\n" not in msg
 
 
-def test_limit_larger_than_the_split_is_refused_before_any_server_is_needed(tmp_path, data_dir):
+def test_limit_larger_than_the_split_scores_the_whole_split_with_a_warning(tmp_path, data_dir, capsys):
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
-    # Port 9 (discard) has nothing listening: the check must fire before the server is touched.
-    with pytest.raises(UsageError) as err:
+    # Port 9 (discard) has nothing listening: the limit is checked (and warned about) first, then
+    # the unreachable server is the error.
+    with pytest.raises(QuantkitError) as err:
         evals_core.run_eval(model, "boolq", limit=5000, url="http://127.0.0.1:9", output_dir=tmp_path / "out")
-    assert "--limit 5000 is larger than boolq's validation split (3270 items)" in err.value.one_line()
-    assert list((tmp_path / "out").iterdir()) == []  # a run that finished nothing leaves no folder
+    warned = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
+    assert "--limit 5000 is more than boolq's validation split (3270 items); all 3270 are scored" in warned
+    assert "127.0.0.1:9" in err.value.one_line()
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
 # ---------------------------------------------------------------------------------------------
