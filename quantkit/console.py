@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -50,6 +51,24 @@ def step(message: str) -> Iterator[None]:
         info(f"{message} ...")
         yield
     info(f"{message}: done in {time.monotonic() - start:.1f} s")
+
+
+_OWNER_PID = os.getpid()
+
+
+def sigterm_as_interrupt(signum, frame) -> None:  # noqa: ARG001
+    """SIGTERM takes Ctrl-C's clean-up path: temporary folders are removed and child processes
+    (vLLM servers) are stopped by the context managers that own them.
+
+    A worker forked later (lm-eval's bootstrap pool, a datasets map) inherits this handler and
+    is ended by its parent with SIGTERM; there it stays a plain, quiet death instead of a
+    KeyboardInterrupt traceback printed from inside the library.
+    """
+    if os.getpid() != _OWNER_PID:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import settings
-from .console import info as log_info
+from .console import info as log_info, sigterm_as_interrupt
 from .errors import BackendError, SetupError, UsageError
 
 # --------------------------------------------------------------------------------------------
@@ -355,10 +355,6 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
-def _sigterm_to_interrupt(signum, frame):  # noqa: ARG001
-    raise KeyboardInterrupt
-
-
 def _pdeathsig() -> None:  # runs in the child between fork and exec
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
@@ -548,7 +544,7 @@ class VLLMServer:
         # Default SIGTERM would end this process without running __exit__ or atexit: turn it into
         # KeyboardInterrupt while a server is live (the CLI's main() already does this).
         if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            self._old_sigterm = signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
+            self._old_sigterm = signal.signal(signal.SIGTERM, sigterm_as_interrupt)
 
     def _restore_sigterm(self) -> None:
         if self._old_sigterm is not None and threading.current_thread() is threading.main_thread():

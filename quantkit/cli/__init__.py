@@ -11,6 +11,7 @@ import sys
 import typer
 
 from .. import __version__
+from ..console import sigterm_as_interrupt
 
 app = typer.Typer(
     name="quantkit",
@@ -43,14 +44,8 @@ from . import run as _run  # noqa: E402,F401
 from . import push as _push  # noqa: E402,F401
 
 
-def _sigterm_as_interrupt(signum, frame):  # noqa: ARG001
-    # SIGTERM takes the same clean-up path as Ctrl-C: temporary folders are removed and child
-    # processes (vLLM servers) are stopped by the context managers that own them.
-    raise KeyboardInterrupt
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    signal.signal(signal.SIGTERM, sigterm_as_interrupt)
     try:
         app()
     except KeyboardInterrupt:

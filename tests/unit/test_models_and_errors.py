@@ -91,3 +91,29 @@ def test_output_dir_exists_is_refused_without_force(tmp_path, tiny_llama_dir):
     proc = quantkit("convert", str(tiny_llama_dir), "--method", "fp8", "-o", str(out))
     assert proc.returncode == 2 and "already exists; pass --force" in proc.stderr
     assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_sigterm_is_an_interrupt_here_and_a_quiet_death_in_a_forked_worker():
+    """lm-eval's bootstrap pool forks workers that inherit the handler and are ended with SIGTERM:
+    they must die quietly, not print a KeyboardInterrupt traceback into the user's run."""
+    import os
+    import signal
+    import time
+
+    from quantkit import console
+
+    with pytest.raises(KeyboardInterrupt):
+        console.sigterm_as_interrupt(signal.SIGTERM, None)
+    old = signal.signal(signal.SIGTERM, console.sigterm_as_interrupt)
+    try:
+        pid = os.fork()
+        if pid == 0:  # the worker
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            finally:
+                os._exit(7)  # reached only if the handler raised or returned
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, old)
