@@ -52,6 +52,7 @@ from .console import info, warn
 from .engine import RemoteServer, ServeConfig, ServerInfo, VLLMServer, has_gpu
 from .errors import BackendError, UsageError
 from .loadgen import BenchPoint, PromptSource, Slo, Target, run_point, warmup
+from .models import weight_bytes
 
 SCHEMA_VERSION = 1
 
@@ -220,7 +221,7 @@ def _stamp() -> str:
 def checkpoint_info(model_dir: Path) -> dict[str, Any]:
     info = _checkpoint_method(model_dir)
     # the weights a decode step reads: the report's batch-1 bound, even where the folder is gone later
-    info["weights_bytes"] = sum(p.stat().st_size for p in model_dir.glob("*.safetensors")) or None
+    info["weights_bytes"] = weight_bytes(model_dir)
     return info
 
 

@@ -72,7 +72,9 @@ def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: 
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline: its weight files
-        size = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors")) or None
+        from .models import weight_bytes
+
+        size = weight_bytes(Path(model_dir))
     return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size,
                    convert=convert.result if convert and convert.status == "done" else None,
                    bench=bench_result, eval=eval_.result if eval_ and eval_.status == "done" else None,

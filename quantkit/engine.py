@@ -206,7 +206,7 @@ _QUANT = re.compile(
     r"CompressedTensors\w+|compressed-tensors|Selected \w+ for|attention backend|Using .*backend)",
     re.IGNORECASE,
 )
-_QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|compile cache|JIT monitor)",
+QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|compile cache|JIT monitor)",
                          re.IGNORECASE)
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB")
 
@@ -226,7 +226,7 @@ def parse_log(text: str) -> dict[str, Any]:
         if not prefix:  # only vLLM's own log records: tracebacks and warnings quote code
             continue
         body = line[prefix.end():].strip()
-        if not body or not _QUANT.search(body) or _QUANT_NOISE.search(body):
+        if not body or not _QUANT.search(body) or QUANT_NOISE.search(body):
             continue
         if body not in seen:
             seen.add(body)

@@ -86,6 +86,11 @@ def check_causal_lm(path: Path) -> dict:
     return config
 
 
+def weight_bytes(folder: Path) -> int | None:
+    """Bytes of a checkpoint's weight files: what one batch-1 decode step reads (None if none)."""
+    return sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or None
+
+
 def fingerprint(path: Path) -> str:
     """sha256 over config and weight files (names, sizes, contents), cached by size and mtime."""
     files = sorted(

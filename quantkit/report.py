@@ -541,7 +541,10 @@ def _short_kernel(lines: list[str]) -> str:
     backend and the quantization config); the table cell is short, the full list follows."""
     if not lines:
         return DASH
-    lines = [x for x in lines if "JIT monitor" not in x] or lines  # vLLM 0.26's notice, not a choice
+    from .engine import QUANT_NOISE
+
+    # lines stored before the pattern learned a notice (vLLM 0.26's "Kernel JIT monitor") are cleaned here
+    lines = [x for x in lines if not QUANT_NOISE.search(x)] or lines
     first = next((x for x in lines if re.search(r"linear|kernel|marlin|machete|gemm|scaled_?mm", x, re.I)), lines[0])
     return first if len(first) <= 80 else first[:77] + "..."
 
