@@ -243,6 +243,23 @@ _GENERIC = re.compile(
 )
 
 
+# vLLM logs these when its engine cannot start; the process usually exits soon after, but with
+# tensor parallelism a worker stuck in a collective can keep it alive until the startup timeout.
+_FATAL = re.compile(r"(EngineCore failed to start|Engine core initialization failed|Worker failed with error)")
+FATAL_EXIT_GRACE_S = 30.0
+
+
+def failure_hint(log_text: str, config: "ServeConfig") -> str:
+    """A known way out of a known failure, or ""."""
+    tp = config.tensor_parallel_size or 1
+    if tp > 1 and "allreduce_rms" in log_text and re.search(r"CUDA error|CUBLAS_STATUS", log_text):
+        # seen on 2-GPU H200s without NVLink multicast (vLLM 0.26): FlashInfer's fused
+        # all-reduce + RMSNorm ("mnnvl" backend) breaks the first forward pass
+        return ("; with tensor parallelism on GPUs without NVLink multicast, turn vLLM's all-reduce fusion off: "
+                "--serve-arg 'compilation-config={\"pass_config\":{\"fuse_allreduce_rms\":false}}'")
+    return ""
+
+
 def failure_reason(log_text: str) -> str:
     """vLLM's reason for failing: the last specific `XxxError: message` line of its log, else the
     last ERROR line, else the last non-empty line."""
@@ -479,19 +496,25 @@ class VLLMServer:
 
     def _wait_ready(self, started: float) -> str | None:
         deadline = started + self.startup_timeout
+        fatal_at: float | None = None  # when the log first said the engine failed
+        next_scan = 0.0
         with httpx.Client(timeout=5.0) as client:
             while True:
                 code = self.proc.poll()
                 if code is not None:
-                    raise BackendError(
-                        f"vLLM could not serve {self.model_dir.name} (exit code {code}): "
-                        f"{failure_reason(self._read_log())} (log: {self.log_path})"
-                    )
-                if time.monotonic() > deadline:
+                    raise self._start_failed(f"(exit code {code})")
+                now = time.monotonic()
+                if now > deadline:
                     raise BackendError(
                         f"vLLM did not become ready within {self.startup_timeout:.0f} s; last log line: "
                         f"{failure_reason(self._read_log())} (log: {self.log_path})"
                     )
+                if fatal_at is None and now >= next_scan:
+                    next_scan = now + 2.0
+                    if _FATAL.search(self._read_log()):
+                        fatal_at = now
+                elif fatal_at is not None and now - fatal_at > FATAL_EXIT_GRACE_S:
+                    raise self._start_failed(f"(its engine failed and it did not exit within {FATAL_EXIT_GRACE_S:.0f} s)")
                 try:
                     if client.get(self.url + "/health").status_code == 200:
                         models = client.get(self.api_url + "/models")
@@ -505,6 +528,11 @@ class VLLMServer:
                 except httpx.HTTPError:
                     pass  # not listening yet
                 time.sleep(0.5)
+
+    def _start_failed(self, how: str) -> BackendError:
+        log_text = self._read_log()
+        return BackendError(f"vLLM could not serve {self.model_dir.name} {how}: {failure_reason(log_text)}"
+                            f"{failure_hint(log_text, self.config)} (log: {self.log_path})")
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM the whole process group, wait, then SIGKILL what is left. Idempotent."""

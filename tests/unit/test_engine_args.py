@@ -119,3 +119,51 @@ def test_port_in_use_is_one_line_usage_error():
         port = s.getsockname()[1]
         with pytest.raises(UsageError, match=f"port {port} .* in use"):
             check_port(port)
+
+
+TP_FUSION_FAILURE = """\
+(APIServer pid=1507) INFO 11-30 23:49:50 [compilation.py:329] Enabled custom fusions: allreduce_rms
+(Worker_TP0 pid=1866) INFO 11-30 23:50:41 [flashinfer_all_reduce.py:170] Initialized FlashInfer Allreduce norm fusion workspace with backend=mnnvl
+(Worker_TP0 pid=1866) ERROR 11-30 23:51:48 [multiproc_executor.py:1007] RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`
+(EngineCore pid=1747) ERROR 11-30 23:51:48 [core.py:1330] RuntimeError: Worker failed with error 'CUDA error: CUBLAS_STATUS_INTERNAL_ERROR when calling `cublasCreate(handle)`', please check the stack trace above for the root cause
+"""
+
+
+def test_failure_hint_names_the_fusion_flag_only_for_tensor_parallel_cuda_failures():
+    from quantkit.engine import failure_hint
+
+    assert "fuse_allreduce_rms" in failure_hint(TP_FUSION_FAILURE, ServeConfig(tensor_parallel_size=2))
+    assert failure_hint(TP_FUSION_FAILURE, ServeConfig()) == ""
+    assert failure_hint(FAILED, ServeConfig(tensor_parallel_size=2)) == ""
+    assert failure_reason(TP_FUSION_FAILURE).startswith("RuntimeError: CUDA error: CUBLAS_STATUS_INTERNAL_ERROR")
+
+
+def test_server_that_logs_a_fatal_engine_error_but_hangs_fails_fast(tmp_path, monkeypatch):
+    """A stand-in for vLLM (this is about quantkit's wait loop, not vLLM): it logs the engine's
+    failure and then hangs, as TP=2 workers did on an H200. quantkit must not wait for the startup
+    timeout, must say why, and must leave no process behind."""
+    import os
+    import time
+
+    from quantkit import engine
+    from quantkit.errors import BackendError
+
+    log_lines = TP_FUSION_FAILURE.replace("`", "\\`")
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!/bin/sh\ncat <<'LOG'\n{log_lines}LOG\necho $$ > {tmp_path}/pid\nexec sleep 300\n")
+    exe.chmod(0o755)
+    model = tmp_path / "model"
+    model.mkdir()
+    monkeypatch.setenv("QUANTKIT_VLLM", str(exe))
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(engine, "FATAL_EXIT_GRACE_S", 1.0)
+    server = engine.VLLMServer(model, ServeConfig(tensor_parallel_size=2), startup_timeout=120)
+    t0 = time.monotonic()
+    with pytest.raises(BackendError) as err:
+        server.start()
+    assert time.monotonic() - t0 < 30
+    message = err.value.message
+    assert "did not exit" in message and "CUBLAS_STATUS_INTERNAL_ERROR" in message and "fuse_allreduce_rms" in message
+    pid = int((tmp_path / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
