@@ -68,7 +68,11 @@ def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: 
                                            gates or None, raise_on_fail=False).model_dump(mode="json")
         except UsageError as exc:
             problems.append(f"recovery: {exc.message}")
-    method = (convert.result or {}).get("method", name) if convert else ("bf16" if name == "baseline" else name)
+    if convert:
+        method = (convert.result or {}).get("method", name)
+    else:  # a checkpoint quantkit did not convert here: its own quantization, or the source dtype
+        checkpoint = ((bench.result if bench else None) or {}).get("checkpoint") or {}
+        method = checkpoint.get("method") if checkpoint.get("method") not in (None, "none", "unknown") else "bf16"
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline: its weight files

@@ -109,8 +109,9 @@ class Bound(BaseModel):
     """Batch-1 decode bound from memory bandwidth, beside the measured concurrency-1 figure."""
 
     weight_bytes: int | None = None
-    bandwidth_gbs: float | None = None
-    max_tok_s: float | None = None  # bandwidth / weight bytes
+    bandwidth_gbs: float | None = None  # of one GPU
+    gpus: int = 1  # tensor-parallel GPUs, each reading its share of the weights at the same time
+    max_tok_s: float | None = None  # gpus x bandwidth / weight bytes
     measured_tok_s: float | None = None  # output tok/s at concurrency 1
     ratio: float | None = None  # measured / max
 
@@ -124,13 +125,16 @@ class Row(BaseModel):
     baseline: bool = False
     format: str | None = None  # "W4A16 g128 (pack-quantized)", "bf16"
     size_bytes: int | None = None
-    weight_memory_bytes: int | None = None
+    weight_memory_bytes: int | None = None  # summed over the GPUs the model is split across
     kv_cache_tokens: int | None = None
     max_concurrency: float | None = None  # vLLM's max concurrency at max_model_len
     convert_time_s: float | None = None
     kernels: list[str] = Field(default_factory=list)  # bench.server.quant_lines
     vllm_version: str | None = None
     workload: dict[str, Any] | None = None
+    serve_args: list[str] = Field(default_factory=list)  # the `vllm serve` flags the bench set
+    tensor_parallel: int = 1
+    pipeline_parallel: int = 1
     points: list[Point] = Field(default_factory=list)
     c1: Point | None = None
     top: Point | None = None  # the knee point, or the highest load measured
@@ -195,11 +199,15 @@ def lookup_bandwidth(device: str | None) -> float | None:
     return None
 
 
-def decode_bound(weight_bytes: int | None, bandwidth_gbs: float | None, measured_tok_s: float | None) -> Bound:
-    """Max batch-1 tok/s = bandwidth / bytes read per token (all weights, once per step)."""
-    bound = Bound(weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs, measured_tok_s=measured_tok_s)
+def decode_bound(weight_bytes: int | None, bandwidth_gbs: float | None, measured_tok_s: float | None,
+                 gpus: int = 1) -> Bound:
+    """Max batch-1 tok/s = bandwidth / bytes read per token (all weights, once per step).
+
+    With tensor parallelism each of `gpus` GPUs reads its share of every layer at the same time, so
+    their bandwidths add; pipeline stages run one after another at batch 1 and do not."""
+    bound = Bound(weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs, gpus=gpus, measured_tok_s=measured_tok_s)
     if weight_bytes and bandwidth_gbs:
-        bound.max_tok_s = bandwidth_gbs * 1e9 / weight_bytes
+        bound.max_tok_s = gpus * bandwidth_gbs * 1e9 / weight_bytes
         if measured_tok_s is not None:
             bound.ratio = measured_tok_s / bound.max_tok_s
     return bound
@@ -325,14 +333,18 @@ def _row(v: Variant) -> Row:
     size = v.size_bytes if v.size_bytes is not None else (v.convert or {}).get("size_bytes")
     if size is None:  # the folder is gone (results brought back from another machine): what the bench saw
         size = (bench.get("checkpoint") or {}).get("weights_bytes")
-    weights_gib = _num(server.get("weights_gib"))
-    weight_memory = v.weight_memory_bytes or (int(weights_gib * 2**30) if weights_gib else None)
+    serve_config = server.get("serve_config") or {}
+    tp = int(serve_config.get("tensor_parallel_size") or 1)
+    pp = int(serve_config.get("pipeline_parallel_size") or 1)
+    weights_gib = _num(server.get("weights_gib"))  # vLLM logs one worker's share
+    weight_memory = v.weight_memory_bytes or (int(weights_gib * tp * pp * 2**30) if weights_gib else None)
     return Row(
         name=v.name, method=v.method, status=v.status, error=v.error, model_dir=v.model_dir, baseline=baseline,
         format=_format(v), size_bytes=size, weight_memory_bytes=weight_memory,
         kv_cache_tokens=server.get("kv_cache_tokens"), max_concurrency=_num(server.get("max_concurrency")),
-        convert_time_s=_num((v.convert or {}).get("wall_time_s")), kernels=list(server.get("quant_lines") or []),
+        convert_time_s=_num((v.convert or {}).get("wall_time_s")), kernels=_kernel_lines(server),
         vllm_version=server.get("vllm_version"), workload=bench.get("workload"),
+        serve_args=_serve_args(serve_config), tensor_parallel=tp, pipeline_parallel=pp,
         points=points, c1=c1, top=top, top_kind=top_kind, scores=scores, perplexity=ppl,
         recovery=rec, recovery_stderr=rec_se, gate=gate, gate_detail=gate_detail,
     )
@@ -390,7 +402,7 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
     else:
         source = f"not known for {device or 'this device'}; pass bandwidth_gbs"
     for r in rows:
-        r.bound = decode_bound(r.size_bytes, bw, r.c1.output_tok_s if r.c1 else None)
+        r.bound = decode_bound(r.size_bytes, bw, r.c1.output_tok_s if r.c1 else None, gpus=r.tensor_parallel)
     front = pareto_front({r.name: (r.top.output_tok_s, r.recovery) for r in rows
                           if r.status != "failed" and r.top and r.top.output_tok_s is not None and r.recovery is not None})
     for r in rows:
@@ -465,6 +477,24 @@ def _score(s: TaskScore | None) -> str:
     return fmt_pm(s.value, s.stderr) if s else DASH
 
 
+def _kernel_lines(server: dict[str, Any]) -> list[str]:
+    from .engine import QUANT_NOISE
+
+    # lines stored before the pattern learned a notice (vLLM 0.26's "Kernel JIT monitor") are cleaned here
+    return [x for x in server.get("quant_lines") or [] if not QUANT_NOISE.search(x)]
+
+
+def _serve_args(serve_config: dict[str, Any]) -> list[str]:
+    if not serve_config:
+        return []
+    from .engine import ServeConfig
+
+    try:
+        return ServeConfig.model_validate(serve_config).to_args()
+    except ValueError:  # a record from a quantkit whose knobs differ: show what it stored
+        return [f"{k}={v}" for k, v in serve_config.items() if v not in (None, False, {})]
+
+
 def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | None]]:
     """(title, header, rows, caption) for every table; both renderers print exactly these."""
     r_ = report.rows
@@ -476,8 +506,9 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                   f"{r.kv_cache_tokens:,}" if r.kv_cache_tokens is not None else DASH,
                   f"{fmt(r.convert_time_s)} s" if r.convert_time_s is not None else DASH,
                   _short_kernel(r.kernels)] for r in r_],
-                "size on disk: all files of the checkpoint; kernel: the vLLM log's line naming the linear kernel "
-                "(every quantization/kernel line is listed below)"))
+                "size on disk: all files of the checkpoint; weight memory: what vLLM loaded, summed over GPUs; "
+                "kernel: the vLLM log's line naming the linear kernel (every quantization/kernel line is listed "
+                "below)"))
     out.append(("Throughput and latency", ["variant", "output tok/s c=1", "output tok/s at knee",
                                            "TTFT p50 / p95 (ms) c=1", "TTFT p50 / p95 (ms) at knee",
                                            "ITL p50 / p95 (ms) c=1", "ITL p50 / p95 (ms) at knee"],
@@ -502,10 +533,11 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 "averaged over accuracy tasks, ± delta-method stderr (conservative)"))
     out.append(("Batch-1 decode bound from memory bandwidth", ["variant", "weight bytes", "bandwidth (GB/s)",
                                                                  "bound tok/s", "measured tok/s c=1", "measured / bound"],
-                [[r.name, fmt_bytes(r.bound.weight_bytes), fmt(r.bound.bandwidth_gbs, 4), fmt(r.bound.max_tok_s),
+                [[r.name, fmt_bytes(r.bound.weight_bytes), _bandwidth(r.bound), fmt(r.bound.max_tok_s),
                   fmt(r.bound.measured_tok_s), fmt(r.bound.ratio * 100) + "%" if r.bound.ratio is not None else DASH]
                  for r in r_],
-                f"bound = bandwidth / bytes read per token (size on disk); bandwidth: {report.bandwidth_source}"))
+                "bound = bandwidth / bytes read per token (size on disk), bandwidths added over tensor-parallel "
+                f"GPUs; bandwidth: {report.bandwidth_source}"))
     out.append(("Evaluation protocol", ["task", "version", "n-shot", "limit", "items", "chat template", "BOS",
                                         "primary metric", "data", "variants"],
                 [[p.task, p.version or DASH, _s(p.n_shot), _s(p.limit, "all"), _s(p.n_samples), _yn(p.chat_template),
@@ -517,9 +549,9 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
             w = r.workload
             workloads.append([r.name, _s(w.get("input_len")), _s(w.get("output_len")), _s(w.get("num_prompts")),
                               w.get("dataset") or "random", w.get("api") or DASH,
-                              ", ".join(p.load for p in r.points) or DASH])
+                              ", ".join(p.load for p in r.points) or DASH, " ".join(r.serve_args) or DASH])
     out.append(("Bench workload", ["variant", "input tokens", "output tokens", "requests per point", "dataset",
-                                   "API", "points"], workloads, None))
+                                   "API", "points", "vllm serve flags"], workloads, None))
     env = [[k, str(v) if v not in (None, "") else DASH] for k, v in report.environment.items()]
     env.append(["recipe hash", report.recipe_hash or DASH])
     env.append(["memory bandwidth", (fmt(report.bandwidth_gbs, 4) + " GB/s, " if report.bandwidth_gbs else "")
@@ -536,15 +568,17 @@ def _yn(value: bool | None) -> str:
     return DASH if value is None else ("yes" if value else "no")
 
 
+def _bandwidth(bound: Bound) -> str:
+    if bound.bandwidth_gbs is None or bound.gpus == 1:
+        return fmt(bound.bandwidth_gbs, 4)
+    return f"{fmt(bound.gpus * bound.bandwidth_gbs, 4)} ({bound.gpus} × {fmt(bound.bandwidth_gbs, 4)})"
+
+
 def _short_kernel(lines: list[str]) -> str:
     """The line naming the linear-layer kernel if there is one (the log also names the attention
     backend and the quantization config); the table cell is short, the full list follows."""
     if not lines:
         return DASH
-    from .engine import QUANT_NOISE
-
-    # lines stored before the pattern learned a notice (vLLM 0.26's "Kernel JIT monitor") are cleaned here
-    lines = [x for x in lines if not QUANT_NOISE.search(x)] or lines
     first = next((x for x in lines if re.search(r"linear|kernel|marlin|machete|gemm|scaled_?mm", x, re.I)), lines[0])
     return first if len(first) <= 80 else first[:77] + "..."
 

@@ -332,3 +332,24 @@ def test_plot_without_data_is_skipped_with_a_note(tmp_path):
     note = "not drawn: no variant has both accuracy recovery and a measured throughput"
     assert note in paths["md"].read_text() and note in paths["html"].read_text()
     assert paths["html"].read_text().count("data:image/png;base64,") == 2
+
+
+def test_tensor_parallel_row_adds_bandwidth_sums_weight_memory_and_lists_its_flags():
+    # a bf16 checkpoint served with --tensor-parallel-size 2: two GPUs read half the weights each
+    b = bench("/m", {1: (280.0, 0.02, 0.0035)}, quant_lines=[
+        "Kernel JIT monitor activated; monitored JIT compilations during inference will use mode=warn."])
+    b["server"]["serve_config"] = {"max_model_len": 4096, "tensor_parallel_size": 2,
+                                   "extra": {"compilation-config": '{"pass_config":{"fuse_allreduce_rms":false}}'}}
+    b["server"]["weights_gib"] = 7.54  # one worker's share, as vLLM logs it
+    rep = build([R.Variant(name="bf16-tp2", method="bf16", model_dir="/m", size_bytes=16_060_556_384, bench=b)],
+                bandwidth_gbs=4800.0)
+    row = rep.rows[0]
+    assert row.tensor_parallel == 2 and row.bound.gpus == 2
+    assert row.bound.max_tok_s == pytest.approx(2 * 4800e9 / 16_060_556_384)
+    assert row.weight_memory_bytes == int(7.54 * 2 * 2**30)
+    assert row.kernels == []  # the JIT-monitor notice is not a kernel choice
+    by_title = {t[0]: t for t in R.tables(rep)}
+    assert by_title["Batch-1 decode bound from memory bandwidth"][2][0][2] == "9,600 (2 × 4,800)"
+    assert by_title["Checkpoints"][2][0][-1] == R.DASH
+    flags = by_title["Bench workload"][2][0][-1]
+    assert "--tensor-parallel-size 2" in flags and "--compilation-config" in flags and "fuse_allreduce_rms" in flags

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from quantkit.compare import gather
+from quantkit.compare import _variant, gather
 from quantkit.errors import UsageError
 from quantkit.store import Store
 from quantkit.store_import import default_names, import_result
@@ -61,6 +61,12 @@ def test_labels_can_be_given(tmp_path):
     with Store(tmp_path / "r.db") as store:
         row = import_result(store, path, model="llama-3.1-8b", variant="bf16-tp2")
         assert (row["model"], row["variant"]) == ("llama-3.1-8b", "bf16-tp2")
+        quantized = bench_json(tmp_path, name="q.json")
+        import_result(store, quantized, model="llama-3.1-8b", variant="int8-tp2")
+        # a variant with no convert record takes its method from the checkpoint, not its label
+        _, by_variant = gather(store, model="llama-3.1-8b")
+        methods = {name: _variant(store, name, stages, None, None).method for name, stages in by_variant.items()}
+        assert methods == {"bf16-tp2": "bf16", "int8-tp2": "int8"}
 
 
 @pytest.mark.parametrize("content, message", [
