@@ -122,6 +122,16 @@ serve1() {
   for v in $EXTRA1; do extras $v "$(ckpt $v)" 8200; done
 }
 
+lanes() {  # FN0 FN1: one per GPU at the same time, or one after the other on a single GPU
+  if [ "$(wc -l < $Q/res/gpu.txt)" -ge 2 ]; then
+    (export CUDA_VISIBLE_DEVICES=0; $1) >> $Q/logs/lane0.log 2>&1 &
+    (export CUDA_VISIBLE_DEVICES=1; $2) >> $Q/logs/lane1.log 2>&1 &
+    wait
+  else
+    (export CUDA_VISIBLE_DEVICES=0; $1; $2) >> $Q/logs/lane0.log 2>&1
+  fi
+}
+
 cmd=${1:-}; shift || true
 case $cmd in
 stash)
@@ -163,13 +173,7 @@ orchestrate)
   ngpu=$(wc -l < $Q/res/gpu.txt)
   until [ -f $W8/config.json ] && [ -f /tmp/quant-env.sh ] && [ -d $Q/data ]; do sleep 3; done
   log "random model, quant stack and data ready; $ngpu GPU(s)"
-  if [ "$ngpu" -ge 2 ]; then
-    (export CUDA_VISIBLE_DEVICES=0; convert0) >> $Q/logs/lane0.log 2>&1 &
-    (export CUDA_VISIBLE_DEVICES=1; convert1) >> $Q/logs/lane1.log 2>&1 &
-    wait
-  else
-    (export CUDA_VISIBLE_DEVICES=0; convert0; convert1) >> $Q/logs/lane0.log 2>&1
-  fi
+  lanes convert0 convert1
   until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
   log "vllm ready"
   if [ "$ngpu" -ge 2 ] && [ "$TP2" = 1 ]; then
@@ -177,13 +181,7 @@ orchestrate)
   else
     log "bench bf16-tp2: not run ($ngpu GPU(s), TP2=$TP2)"
   fi
-  if [ "$ngpu" -ge 2 ]; then
-    (export CUDA_VISIBLE_DEVICES=0; serve0) >> $Q/logs/lane0.log 2>&1 &
-    (export CUDA_VISIBLE_DEVICES=1; serve1) >> $Q/logs/lane1.log 2>&1 &
-    wait
-  else
-    (export CUDA_VISIBLE_DEVICES=0; serve1; serve0) >> $Q/logs/lane0.log 2>&1
-  fi
+  lanes serve0 serve1
   log "all done"
   touch $Q/all.done
   ;;
@@ -192,9 +190,7 @@ serving)  # phase C alone (after a stuck phase B was stopped by hand), then TP=2
   echo "serving started; $(left) s to the deadline"
   ;;
 serving-fg)
-  (export CUDA_VISIBLE_DEVICES=0; serve0) >> $Q/logs/lane0.log 2>&1 &
-  (export CUDA_VISIBLE_DEVICES=1; serve1) >> $Q/logs/lane1.log 2>&1 &
-  wait
+  lanes serve0 serve1
   [ "$TP2" = 1 ] && bench_real bf16-tp2 $W8 quant --tensor-parallel-size 2 $TP2_ARGS
   log "all done"
   touch $Q/all.done
