@@ -247,18 +247,11 @@ def _row_text(row: dict[str, Any]) -> str:
 def load_dataset(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise UsageError(f"dataset {path} does not exist")
-    rows = []
-    with path.open() as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{number}: not JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise UsageError(f"{path}:{number}: expected a JSON object per line")
-            rows.append(row)
+    from .jsonl import read_jsonl
+
+    rows = read_jsonl(path)
+    if bad := next((number for number, row in enumerate(rows, 1) if not isinstance(row, dict)), None):
+        raise UsageError(f"{path}: row {bad} is not a JSON object; give one object per line")
     if not rows:
         raise UsageError(f"dataset {path} has no rows")
     _row_text(rows[0])  # fail now, not at the first request, if the fields are wrong

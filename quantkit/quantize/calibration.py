@@ -84,15 +84,9 @@ def _read_file(path: Path) -> list[Any]:
         if suffix == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))
             return data if isinstance(data, list) else [data]
-        rows = []
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, 1):
-                if line.strip():
-                    try:
-                        rows.append(json.loads(line))
-                    except json.JSONDecodeError as exc:
-                        raise UsageError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-        return rows
+        from ..jsonl import read_jsonl
+
+        return read_jsonl(path)
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read calibration file {path}: {exc}") from None
     except UsageError:
