@@ -2,8 +2,9 @@
 
 What counts as validated (the push gate)
 ----------------------------------------
-The recipe's `gates:` are not stored with the runs, so the gates are those given to `push` on the
-command line (`--min-recovery`, default 0.95; `--min-task-recovery`; `--gate TASK=MIN`). A
+The gates are, in this order: those given to `push` on the command line (`--min-recovery`,
+`--min-task-recovery`, `--gate TASK=MIN`); else the `gates:` of the recipe whose `quantkit run`
+stored the checkpoint's eval (they travel with the eval record); else a mean recovery of 0.95. A
 checkpoint folder DIR is found in the store by its records: a convert record whose
 result.output_dir is DIR, or bench/eval records whose params.checkpoint is DIR (paths compared
 after resolving). For each stage the newest finished record decides: a newer failed eval is not
@@ -77,6 +78,7 @@ class Evidence:
     convert: dict[str, Any] | None = None  # the convert record's result, else DIR/quantkit.json
     recovery: dict[str, Any] | None = None  # evals_core.RecoveryReport as a dict
     gates: dict[str, Any] = field(default_factory=dict)
+    gates_source: str = "given on the command line"
     validated: bool = False
     reason: str = ""  # why not validated (or the verdict when validated)
 
@@ -112,11 +114,13 @@ def _newest(records: list[Record]) -> Record | None:
     return (finished or records)[-1] if records else None
 
 
-def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any]) -> Evidence:
+def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None) -> Evidence:
+    """What the store holds for CHECKPOINT and the verdict. `gates` None: the recipe's gates stored
+    with the eval, else mean recovery >= DEFAULT_MIN_RECOVERY."""
     from .compare import _variant
 
     checkpoint = _norm(checkpoint) or Path(checkpoint)
-    ev = Evidence(checkpoint=checkpoint, gates={k: v for k, v in gates.items() if v})
+    ev = Evidence(checkpoint=checkpoint)
     mine = [r for r in store.records() if _record_dir(r) == checkpoint]
     if mine:
         ev.model, ev.variant = mine[-1].model, mine[-1].variant
@@ -125,6 +129,15 @@ def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any]) -> Ev
             newest = _newest([r for r in mine if r.kind == kind])
             if newest is not None:
                 ev.stages[kind] = newest
+    if gates is None:
+        eval_rec = ev.stages.get("eval")
+        stored = (eval_rec.params or {}).get("gates") if eval_rec is not None else None
+        if stored and any(stored.values()):
+            gates, ev.gates_source = stored, "of the recipe that ran the eval"
+        else:
+            gates, ev.gates_source = {"min_recovery": DEFAULT_MIN_RECOVERY}, "`quantkit push`'s default"
+    ev.gates = {k: v for k, v in gates.items() if v}
+    if mine:
         base = [r for r in store.records(model=ev.model, status="done") if r.variant == "baseline"]
         ev.baseline_eval = next((r for r in reversed(base) if r.kind == "eval"), None)
         ev.baseline_bench = next((r for r in reversed(base) if r.kind == "bench"), None)
@@ -391,8 +404,8 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
                    f"measured in vLLM with quantkit {__version__}.")
     out.append("")
     if ev.validated:
-        out.append(f"**Validated:** {ev.reason}" + (" (recovery against the stored baseline eval, gates as given "
-                   "to `quantkit push`)." if ev.recovery else "."))
+        out.append(f"**Validated:** {ev.reason}" + (f" (recovery against the stored baseline eval, gates {ev.gates_source})."
+                                                     if ev.recovery else "."))
     else:
         out.append(f"> **Not validated.** This checkpoint was pushed with `--force`: {ev.reason}. "
                    "The numbers below are only what was measured; no quality gate vouches for it."
@@ -550,7 +563,7 @@ def card(model_dir: str | Path, output: str | Path | None = None, *, repo: str |
     """Write the card for review; it says whether the checkpoint would pass `push`'s gates."""
     path = _checkpoint(model_dir)
     with Store() as store:
-        ev = gather_evidence(store, path, gates if gates is not None else {"min_recovery": DEFAULT_MIN_RECOVERY})
+        ev = gather_evidence(store, path, gates)
         model_card = build_card(store, ev, repo, base_model=base_model)
     out = Path(output) if output else path / "README.md"
     out.write_text(str(model_card))
@@ -576,7 +589,7 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo or ""):
         raise UsageError(f"--repo must be ORG/NAME (got '{repo}')")
     with Store() as store:
-        ev = gather_evidence(store, path, gates if gates is not None else {"min_recovery": DEFAULT_MIN_RECOVERY})
+        ev = gather_evidence(store, path, gates)
         if not ev.validated and not force:
             raise GateFailed(f"not pushing {path.name}: not validated ({ev.reason}); --force pushes it with a card that says so")
         model_card = build_card(store, ev, repo, base_model=base_model, forced=not ev.validated)

@@ -11,15 +11,19 @@ from ..console import run_command, stdout
 from . import app
 from .options import JSON, QUIET, mode
 
-MIN_RECOVERY = typer.Option(0.95, "--min-recovery", help="Gate: minimum mean recovery over accuracy tasks (0 turns it off; a quantized checkpoint needs at least one gate to pass).")
+MIN_RECOVERY = typer.Option(None, "--min-recovery", help="Gate: minimum mean recovery over accuracy tasks. Without any gate option: the gates of the recipe that ran the eval, else 0.95. 0 turns it off (a quantized checkpoint needs at least one gate to pass).")
 MIN_TASK_RECOVERY = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task.")
 GATE = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable).")
 BASE_MODEL = typer.Option(None, "--base-model", help="Hub id of the model it was made from (default: from quantkit.json when that is a Hub id or a built-in alias).")
 
 
-def _gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]) -> dict:
+def _gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]) -> dict | None:
+    """The gates given on the command line; None when no gate option was given (hub.py then
+    takes the recipe's gates stored with the eval, else its default)."""
     from .eval import _parse_gates
 
+    if min_recovery is None and min_task_recovery is None and not gate:
+        return None
     gates = _parse_gates(min_recovery or None, min_task_recovery, gate)
     return gates.model_dump() if gates is not None else {}
 

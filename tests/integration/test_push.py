@@ -116,7 +116,8 @@ def _bench_run(folder: Path, tok_s: list[float]):
 
 
 def store_runs(home: Path, ckpt: Path, baseline_dir: Path, *, evals: bool = True, baseline: bool = True,
-               bench: bool = True, quant_scores: dict[str, float] | None = None) -> None:
+               bench: bool = True, quant_scores: dict[str, float] | None = None,
+               recipe_gates: dict | None = None) -> None:
     """Records as `quantkit run` writes them: convert, bench, eval per variant."""
     from quantkit.quantize.record import ConvertRecord
     from quantkit.store import Store, run_key
@@ -139,7 +140,10 @@ def store_runs(home: Path, ckpt: Path, baseline_dir: Path, *, evals: bool = True
             for t in run.tasks:
                 if quant_scores and t.task in quant_scores:
                     t.metrics["acc_norm,none"].value = quant_scores[t.task]
-            stage(store, "eval", "gptq", {"checkpoint": str(ckpt)}, run.model_dump(mode="json"))
+            params = {"checkpoint": str(ckpt)}
+            if recipe_gates is not None:  # `quantkit run` stores its recipe's gates with the eval
+                params["gates"] = {"min_recovery": None, "min_task_recovery": None, "tasks": {}, **recipe_gates}
+            stage(store, "eval", "gptq", params, run.model_dump(mode="json"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,6 +292,21 @@ def test_failed_gate_refuses_with_exit_3(world):
     # the same store passes a gate the user loosens on purpose
     ok = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.8")
     assert ok.returncode == 0, ok.stderr
+
+
+def test_without_gate_options_the_recipe_gates_stored_with_the_eval_apply(world):
+    # recovery ~0.85: below push's default 0.95, above the 0.8 of the recipe that ran the eval
+    store_runs(world["home"], world["ckpt"], world["baseline"], quant_scores={"arc_easy": 0.40},
+               recipe_gates={"min_recovery": 0.8})
+    proc = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO, "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["validated"] is True
+    card = (world["ckpt"] / "README.md").read_text()
+    assert "passed mean recovery >= 0.8 (recovery against the stored baseline eval, gates of the recipe" in card
+    # a gate given on the command line wins over the recipe's
+    strict = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.95", "--json")
+    assert strict.returncode == 0 and json.loads(strict.stdout)["validated"] is False
+    assert "gate failed: average recovery 0.8" in json.loads(strict.stdout)["reason"]
 
 
 def test_quantized_without_baseline_eval_is_not_validated(world):
