@@ -4,7 +4,7 @@
 #
 #   bash benchmarks/gpu/h200_validate.sh stash DIR...   # land carried chunks: .gpu/vllm/pN, .gpu/quant/pN
 #                                                     #   (bundle.sh), .gpu/tok, .gpu/extra, .gpu/smol/X
-#   bash benchmarks/gpu/h200_validate.sh random         # background, CPU only: the random-weight 8B model
+#   bash benchmarks/gpu/h200_validate.sh random         # background, on the GPU (RANDOM_DEVICE=cpu: 10x slower): the random-weight 8B model
 #   bash benchmarks/gpu/h200_validate.sh start EPOCH    # background: everything below, skipping benches
 #                                                     #   that could not finish before EPOCH
 #   bash benchmarks/gpu/h200_validate.sh wait SECONDS   # hold the machine, show progress, results to $OUT
@@ -105,8 +105,8 @@ extras() {  # NAME DIR PORT: one server; the knee search, then vLLM's own client
   log "extras $name: server stopped"
 }
 
-convert0() { log "lane0: convert $CONVERT0"; "${QK_QUANT[@]}" run $CONVERT0 --report-dir $Q/res/report-8b-lane0 > $Q/logs/lane0-convert.log 2>&1; log "lane0: convert rc=$?"; }
-convert1() { log "lane1: convert $CONVERT1"; "${QK_QUANT[@]}" run $CONVERT1 --report-dir $Q/res/report-8b-lane1 > $Q/logs/lane1-convert.log 2>&1; log "lane1: convert rc=$?"; }
+convert0() { [ -n "$CONVERT0" ] || return 0; log "lane0: convert $CONVERT0"; "${QK_QUANT[@]}" run $CONVERT0 --report-dir $Q/res/report-8b-lane0 > $Q/logs/lane0-convert.log 2>&1; log "lane0: convert rc=$?"; }
+convert1() { [ -n "$CONVERT1" ] || return 0; log "lane1: convert $CONVERT1"; "${QK_QUANT[@]}" run $CONVERT1 --report-dir $Q/res/report-8b-lane1 > $Q/logs/lane1-convert.log 2>&1; log "lane1: convert rc=$?"; }
 serve0() {
   for v in $BENCH0; do bench_real $v "$(ckpt $v)"; done
   for v in $EXTRA0; do extras $v "$(ckpt $v)" 8100; done
