@@ -135,7 +135,7 @@ def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None
         if stored and any(stored.values()):
             gates, ev.gates_source = stored, "of the recipe that ran the eval"
         else:
-            gates, ev.gates_source = {"min_recovery": DEFAULT_MIN_RECOVERY}, "`quantkit push`'s default"
+            gates, ev.gates_source = {"min_recovery": DEFAULT_MIN_RECOVERY}, "by default"
     ev.gates = {k: v for k, v in gates.items() if v}
     if mine:
         base = [r for r in store.records(model=ev.model, status="done") if r.variant == "baseline"]
