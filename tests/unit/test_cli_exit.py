@@ -1,0 +1,31 @@
+"""`python -m quantkit` ends an interrupted command with exit code 130, never by SIGINT (-2)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+
+def test_python_m_exits_130_even_after_a_keyboardinterrupt_escaped_a_string_exec(tmp_path):
+    # CPython (3.11) under `python -m` ends the process by SIGINT when a KeyboardInterrupt once
+    # escaped exec() of a source string, even if caught. Set that flag at start-up, then make the
+    # command end the way an interrupted one does (SystemExit(130) from quantkit's handler).
+    (tmp_path / "sitecustomize.py").write_text(textwrap.dedent("""
+        import os, signal, threading
+        import quantkit.cli
+
+        def interrupted():
+            threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
+            try:
+                exec("while True: pass")
+            except KeyboardInterrupt:
+                pass
+            raise SystemExit(130)
+
+        quantkit.cli.main = interrupted
+    """))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "quantkit"], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 130, proc.stderr
