@@ -17,6 +17,18 @@ from .store import Record, Store
 STAGES = ("convert", "bench", "eval")
 
 
+def checkpoint_method(checkpoint: dict[str, Any] | None) -> str | None:
+    """The quantization a stored bench/eval saw in its checkpoint: quantkit's method; for one
+    quantkit did not write, its own quant_method (else "unknown"); None when unquantized."""
+    checkpoint = checkpoint or {}
+    method = checkpoint.get("method")
+    if method in (None, "none", "baseline"):  # bench and eval name an unquantized folder differently
+        return None
+    if method == "unknown":
+        return checkpoint.get("quant_method") or "unknown"
+    return method
+
+
 def _latest(records: list[Record]) -> Record | None:
     done = [r for r in records if r.status == "done"]
     if done:
@@ -71,8 +83,7 @@ def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: 
     if convert:
         method = (convert.result or {}).get("method", name)
     else:  # a checkpoint quantkit did not convert here: its own quantization, or the source dtype
-        checkpoint = ((bench.result if bench else None) or {}).get("checkpoint") or {}
-        method = checkpoint.get("method") if checkpoint.get("method") not in (None, "none", "unknown") else "bf16"
+        method = checkpoint_method(((bench.result if bench else None) or {}).get("checkpoint")) or "bf16"
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline: its weight files

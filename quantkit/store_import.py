@@ -48,14 +48,17 @@ def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
 
 def default_names(data: dict[str, Any]) -> tuple[str, str]:
     """(model, variant) as `quantkit run` would have stored them: a checkpoint quantkit wrote is
-    named `<model>-<method>-<hash8>` and is the variant `<method>`; anything else is the baseline."""
+    named `<model>-<method>-<hash8>` and is the variant `<method>`; an unquantized one is the
+    baseline; one quantized elsewhere keeps its folder name and is named after its quantization."""
+    from .compare import checkpoint_method
+
     folder = Path(data.get("model_dir") or "")
     name = data.get("model_name") or folder.name
-    method = (data.get("checkpoint") or {}).get("method")
-    if method and method not in ("none", "unknown"):  # "none": no quantization_config (the baseline)
-        m = re.fullmatch(rf"(.+)-{re.escape(method)}-[0-9a-f]{{8}}", name)
-        return (m.group(1) if m else name), method
-    return name, "baseline"
+    method = checkpoint_method(data.get("checkpoint"))
+    if method is None:
+        return name, "baseline"
+    m = re.fullmatch(rf"(.+)-{re.escape(method)}-[0-9a-f]{{8}}", name)
+    return (m.group(1) if m else name), method
 
 
 def import_result(store: Store, path: Path, model: str | None = None, variant: str | None = None) -> dict[str, Any]:

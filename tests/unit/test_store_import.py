@@ -40,6 +40,11 @@ def test_names_follow_quantkit_s_own_folder_convention():
         "llama8b-random", "baseline")
     # a folder that is not `<model>-<method>-<hash8>` keeps its whole name
     assert default_names({"model_dir": "/x/my-int8", "checkpoint": {"method": "int8"}}) == ("my-int8", "int8")
+    # an eval names an unquantized folder "baseline"; a checkpoint quantized elsewhere is never the baseline
+    assert default_names({"model_name": "m", "checkpoint": {"method": "baseline"}}) == ("m", "baseline")
+    assert default_names({"model_name": "m-gptq", "checkpoint": {"method": "unknown", "quant_method": "gptq"}}) == (
+        "m-gptq", "gptq")
+    assert default_names({"model_name": "m-q", "checkpoint": {"method": "unknown"}}) == ("m-q", "unknown")
 
 
 def test_import_is_stored_once_and_compare_sees_it(tmp_path):
