@@ -134,7 +134,6 @@ class Row(BaseModel):
     workload: dict[str, Any] | None = None
     serve_args: list[str] = Field(default_factory=list)  # the `vllm serve` flags the bench set
     tensor_parallel: int = 1
-    pipeline_parallel: int = 1
     points: list[Point] = Field(default_factory=list)
     c1: Point | None = None
     top: Point | None = None  # the knee point, or the highest load measured
@@ -344,7 +343,7 @@ def _row(v: Variant) -> Row:
         kv_cache_tokens=server.get("kv_cache_tokens"), max_concurrency=_num(server.get("max_concurrency")),
         convert_time_s=_num((v.convert or {}).get("wall_time_s")), kernels=_kernel_lines(server),
         vllm_version=server.get("vllm_version"), workload=bench.get("workload"),
-        serve_args=_serve_args(serve_config), tensor_parallel=tp, pipeline_parallel=pp,
+        serve_args=_serve_args(serve_config), tensor_parallel=tp,
         points=points, c1=c1, top=top, top_kind=top_kind, scores=scores, perplexity=ppl,
         recovery=rec, recovery_stderr=rec_se, gate=gate, gate_detail=gate_detail,
     )
