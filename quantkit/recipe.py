@@ -1,8 +1,12 @@
-"""Quantization recipes: a pydantic schema, YAML loading with file:line errors, overrides, hash.
+"""Recipes: the method recipe (`Recipe`) and the run recipe (`RunRecipe`), YAML with file:line errors.
 
-A recipe is one method on one backend with its scheme and calibration settings. The built-in
-ones live in the repository's `recipes/` folder (shipped as the `quantkit.recipes` package);
-`quantkit recipes` lists them and `--recipe NAME_OR_PATH` runs one.
+A method recipe is one method on one backend with its scheme and calibration settings. The
+built-in ones live in the repository's `recipes/` folder (shipped as the data package
+`quantkit.recipes`); `quantkit recipes` lists them and `--recipe NAME_OR_PATH` runs one.
+
+A run recipe (`recipes/runs/*.yaml`, `quantkit run`) is the matrix: a model, its baseline and
+methods, serving knobs, bench and eval settings, gates. `load_run` validates all of it up front.
+Both derive from one strict base model: an unknown key is an error with a did-you-mean.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import UsageError, did_you_mean
+from .evals.gates import Gates
+from .serve.config import ServeConfig
 
 SCHEMA_VERSION = 1
 
@@ -50,6 +56,8 @@ def check_method(name: str) -> str:
 
 
 class Strict(BaseModel):
+    """The base of every recipe schema: unknown keys are errors, assignments are validated."""
+
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
@@ -224,3 +232,79 @@ def override(recipe: Recipe, **fields: Any) -> Recipe:
     except ValidationError as exc:
         err = exc.errors()[0]
         raise UsageError(f"override {'.'.join(map(str, err['loc']))}: {err['msg']}") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# Run recipes
+
+
+class MethodEntry(Strict):
+    method: str
+    name: str | None = None  # label in the report (default: the method)
+    recipe: str | None = None  # a built-in recipe name or YAML path (default: the method's)
+    num_samples: int | None = None
+    seq_len: int | None = None
+    calib: str | None = None
+    group_size: int | None = None
+    backend: str | None = None
+
+    def label(self) -> str:
+        return self.name or self.method
+
+    def quant_recipe(self) -> Recipe:
+        base = load(self.recipe) if self.recipe else for_method(self.method)
+        return override(base, num_samples=self.num_samples, seq_len=self.seq_len, calib=self.calib,
+                        group_size=self.group_size, backend=self.backend)
+
+
+class BenchSettings(Strict):
+    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16])
+    input_len: int = 128
+    output_len: int = 64
+    num_prompts: int | None = None
+    warmup: int = 2
+    seed: int = 0
+
+
+class EvalSettings(Strict):
+    tasks: str | list[str] = "quick"
+    limit: int | None = None
+    num_fewshot: int | None = None
+    num_concurrent: int = 4
+
+
+class RunRecipe(Strict):
+    kind: Literal["run"] = "run"
+    name: str
+    description: str = ""
+    model: str
+    baseline: bool = True
+    methods: list[MethodEntry] = Field(default_factory=list)
+    serve: ServeConfig = Field(default_factory=ServeConfig)
+    bench: BenchSettings | None = Field(default_factory=BenchSettings)
+    eval: EvalSettings | None = Field(default_factory=EvalSettings)
+    gates: Gates = Field(default_factory=Gates)
+    bandwidth_gbs: float | None = None
+
+
+def load_run(path: str | Path) -> RunRecipe:
+    """A run recipe by path, or a built-in one by name (`demo`), validated whole."""
+    p = Path(path)
+    if not p.is_file():
+        builtin = resources.files("quantkit.recipes") / "runs" / f"{path}.yaml"
+        if builtin.is_file():
+            text, source = builtin.read_text(), f"recipes/runs/{path}.yaml"
+        else:
+            raise UsageError(f"run recipe {path} does not exist (built-in: demo)")
+    else:
+        text, source = p.read_text(), str(p)
+    run = parse_model(text, source, RunRecipe, "a run recipe")
+    for entry in run.methods:
+        try:
+            entry.quant_recipe()
+        except UsageError as exc:
+            raise UsageError(f"{source}: method {entry.label()}: {exc.message}") from None
+    labels = [e.label() for e in run.methods]
+    if len(set(labels)) != len(labels) or "baseline" in labels:
+        raise UsageError(f"{source}: method labels must be unique and not 'baseline' (got {labels}); set name:")
+    return run

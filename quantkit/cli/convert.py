@@ -11,7 +11,7 @@ from rich.table import Table
 from .. import recipe as recipes
 from ..console import run_command, stdout
 from . import app
-from .options import JSON, QUIET, mode
+from .options import Json, Quiet, mode
 
 
 @app.command()
@@ -28,8 +28,8 @@ def convert(
     backend: Optional[str] = typer.Option(None, "--backend", help="Quantization backend (default llmcompressor)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
     verify: bool = typer.Option(False, "--verify", help="Then load the output in vLLM and generate a few tokens."),
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Quantize MODEL with a method or recipe; writes the checkpoint and DIR/quantkit.json."""
     from ..quantize import convert as do_convert
@@ -73,7 +73,7 @@ def _print_record(record) -> None:
 
 
 @app.command("recipes")
-def list_recipes(json: bool = JSON, quiet: bool = QUIET) -> None:
+def list_recipes(json: Json = False, quiet: Quiet = False) -> None:
     """List the built-in recipes."""
 
     def body():
@@ -96,8 +96,8 @@ def list_recipes(json: bool = JSON, quiet: bool = QUIET) -> None:
 @app.command()
 def setup(
     backend: str = typer.Option(..., "--backend", help="Backend to set up in its own environment (gptqmodel, autoawq, optimum, auto-gptq)."),
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Create the environment of a quantization backend that cannot share quantkit's (.venv-NAME)."""
     from ..quantize.external import setup_backend

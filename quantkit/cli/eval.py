@@ -11,11 +11,11 @@ from rich.table import Table
 from ..console import emit, run_command, stdout
 from ..errors import GateFailed, UsageError
 from . import app
-from .options import JSON, QUIET, mode
+from .options import Json, Quiet, ServingOptions, mode, serving_options
 
 
-def _parse_gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]):
-    from ..evals_core import Gates
+def parse_gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]):
+    from ..evals.gates import Gates
 
     per_task: dict[str, float] = {}
     for item in gate:
@@ -34,17 +34,8 @@ def _parse_gates(min_recovery: float | None, min_task_recovery: float | None, ga
         raise UsageError(f"bad gate: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
 
 
-def _parse_serve(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--serve expects KEY=VALUE (a ServeConfig field), got '{item}'")
-        out[key.strip().replace("-", "_")] = value
-    return out
-
-
 @app.command("eval")
+@serving_options
 def eval_command(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder (its tokenizer is used; results are stored in it)."),
     tasks: str = typer.Option(..., "--tasks", "-t", help="Comma-separated tasks and/or suites (quick, openllm); see `quantkit eval-tasks`."),
@@ -55,46 +46,40 @@ def eval_command(
     chat_template: bool = typer.Option(False, "--chat-template", help="Apply the tokenizer's chat template (few-shot as multi-turn)."),
     max_gen_toks: Optional[int] = typer.Option(None, "--max-gen-toks", help="Cap on generated tokens for generate-until tasks (gsm8k); lm-eval's default is 256."),
     concurrency: int = typer.Option(4, "--concurrency", help="Concurrent requests lm-eval keeps in flight."),
-    serve: List[str] = typer.Option([], "--serve", help="ServeConfig field for the vLLM server, KEY=VALUE (repeatable)."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline eval results .json, or a checkpoint folder with results, for recovery."),
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: minimum average recovery over accuracy tasks (exit 3 below it)."),
     min_task_recovery: Optional[float] = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task."),
     gate: List[str] = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable)."),
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
+    serve: ServingOptions = None,
 ) -> None:
-    """Run lm-eval tasks against DIR served by vLLM; store scores in DIR/quantkit-eval/."""
+    """Run lm-eval tasks against DIR served by vLLM (eager unless --no-enforce-eager); store the scores."""
     out_mode = mode(json, quiet)
 
     def body():
-        from .. import evals_core
+        from ..evals import gates as gates_mod, results, run as runner
 
-        gates = _parse_gates(min_recovery, min_task_recovery, gate)
+        gates = parse_gates(min_recovery, min_task_recovery, gate)
         if gates is not None and baseline is None:
             raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
-        if concurrency < 1:
-            raise UsageError(f"--concurrency must be >= 1, got {concurrency}")
         if baseline is not None:
             # Fail before an hour of evaluation, not after it.
-            path = Path(baseline).expanduser()
-            if path.is_file():
-                evals_core.EvalRun.read(path)
-            elif not evals_core.list_results(path):
-                raise UsageError(f"baseline {baseline} is neither an eval results .json nor a checkpoint folder with results")
-        run = evals_core.run_eval(
+            results.find_baseline(baseline)
+        run = runner.evaluate(
             model_dir, tasks, limit=limit, num_fewshot=num_fewshot, url=url, output_dir=output,
             chat_template=chat_template, max_gen_toks=max_gen_toks, num_concurrent=concurrency,
-            serve=_parse_serve(serve),
+            serve=serve.config(**runner.EVAL_SERVE_DEFAULTS),
         )
         result: dict[str, Any] = {"run": run, "recovery": None}
         if baseline is None:
             return result
-        base = evals_core.load_baseline(baseline, like=run)
-        report = evals_core.compare_to_baseline(run, base, gates, raise_on_fail=False)
+        base = results.find_baseline(baseline, like=run)
+        report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
         result["recovery"] = report
         if not report.passed:
             emit(_jsonable(result), out_mode, _print_result)
-            raise GateFailed(evals_core.gate_failure_message(report))
+            raise GateFailed(gates_mod.gate_failure_message(report))
         return result
 
     run_command(lambda: _jsonable(body()), out_mode, _print_result)
@@ -105,9 +90,9 @@ def _jsonable(result: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fmt(value: float | None, stderr: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.4f}" + (f" ± {stderr:.4f}" if stderr is not None else "")
+    from ..report.render import fmt_pm
+
+    return fmt_pm(value, stderr, missing="-")
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -139,11 +124,11 @@ def _print_result(result: dict[str, Any]) -> None:
 
 
 @app.command("eval-tasks")
-def eval_tasks(json: bool = JSON, quiet: bool = QUIET) -> None:
+def eval_tasks(json: Json = False, quiet: Quiet = False) -> None:
     """List the evaluation tasks and suites quantkit knows."""
 
     def body():
-        from ..evals_tasks import registry, suites
+        from ..evals.tasks import registry, suites
 
         return {
             "tasks": [{"name": t.name, "stock": t.stock, "metric": t.metric, "higher_is_better": t.higher_is_better,

@@ -9,7 +9,7 @@ import typer
 
 from ..console import run_command, stdout
 from . import app
-from .options import JSON, QUIET, mode
+from .options import Json, Quiet, mode
 
 MIN_RECOVERY = typer.Option(None, "--min-recovery", help="Gate: minimum mean recovery over accuracy tasks. Without any gate option: the gates of the recipe that ran the eval, else 0.95. 0 turns it off (a quantized checkpoint needs at least one gate to pass).")
 MIN_TASK_RECOVERY = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task.")
@@ -20,11 +20,11 @@ BASE_MODEL = typer.Option(None, "--base-model", help="Hub id of the model it was
 def _gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]) -> dict | None:
     """The gates given on the command line; None when no gate option was given (hub.py then
     takes the recipe's gates stored with the eval, else its default)."""
-    from .eval import _parse_gates
+    from .eval import parse_gates
 
     if min_recovery is None and min_task_recovery is None and not gate:
         return None
-    gates = _parse_gates(min_recovery or None, min_task_recovery, gate)
+    gates = parse_gates(min_recovery or None, min_task_recovery, gate)
     return gates.model_dump() if gates is not None else {}
 
 
@@ -41,8 +41,8 @@ def push(
     min_recovery: Optional[float] = MIN_RECOVERY,
     min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
     gate: List[str] = GATE,
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Upload DIR with a model card of its measured results, in one commit; refuses (exit 3) unless validated."""
     from .. import hub
@@ -73,8 +73,8 @@ def card(
     min_recovery: Optional[float] = MIN_RECOVERY,
     min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
     gate: List[str] = GATE,
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Write the model card `push` would upload, without pushing (to review it)."""
     from .. import hub

@@ -1,4 +1,4 @@
-"""`quantkit run`, `quantkit demo`, `quantkit compare`, `quantkit runs ls|show|rm`."""
+"""`quantkit run`, `quantkit demo`, `quantkit compare`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,7 @@ from rich.table import Table
 from ..console import run_command, stdout
 from ..errors import GateFailed
 from . import app
-from .options import JSON, QUIET, mode
-
-runs_app = typer.Typer(help="The result store: list, show and remove stored runs.", no_args_is_help=True)
-app.add_typer(runs_app, name="runs")
-
+from .options import Json, Quiet, mode
 
 def _print_summary(summary) -> None:
     table = Table("variant", "stage", "status", "seconds", "key", "error")
@@ -48,8 +44,8 @@ def run(
     recipe: str = typer.Argument(..., help="Run recipe YAML (model, baseline, methods, serve, bench, eval, gates)."),
     force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o", help="Where the report goes (default reports/<model>)."),
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Convert, serve, bench and evaluate every variant of a recipe; resumable; then write the report."""
     _run(recipe, force, report_dir, json, quiet)
@@ -59,8 +55,8 @@ def run(
 def demo(
     force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o"),
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """The main job on the built-in demo model (recipes/runs/demo.yaml): SmolLM2-135M, bf16 vs INT8 vs GPTQ.
 
@@ -77,11 +73,11 @@ def compare(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Report folder (default reports/<model>)."),
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: average recovery at least this."),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth-gbs", help="Device memory bandwidth for the batch-1 bound."),
-    json: bool = JSON,
-    quiet: bool = QUIET,
+    json: Json = False,
+    quiet: Quiet = False,
 ) -> None:
     """Write the precision-versus-throughput report (Markdown, HTML, JSON) from the store alone."""
-    from ..compare import compare as do_compare
+    from ..report.gather import compare as do_compare
     from ..store import Store
 
     def body():
@@ -97,74 +93,3 @@ def compare(
         stdout.print(f"report: {r['paths'].get('md')}  {r['paths'].get('html')}")
 
     run_command(body, mode(json, quiet), human)
-
-
-@runs_app.command("ls")
-def runs_ls(model: Optional[str] = typer.Option(None, "--model", "-m"),
-            kind: Optional[str] = typer.Option(None, "--kind", help="convert, bench or eval."),
-            status: Optional[str] = typer.Option(None, "--status"), json: bool = JSON, quiet: bool = QUIET) -> None:
-    """List stored records."""
-    from ..store import Store
-
-    def body():
-        with Store() as store:
-            return [r.summary() for r in store.records(model=model, kind=kind, status=status)]
-
-    def human(rows):
-        table = Table("key", "model", "variant", "stage", "status", "finished", "error")
-        for r in rows:
-            table.add_row(r["run_key"][:10], r["model"], r["variant"], r["kind"], r["status"],
-                          r["finished_at"] or "", (r["error"] or "")[:60])
-        stdout.print(table)
-
-    run_command(body, mode(json, quiet), human)
-
-
-@runs_app.command("show")
-def runs_show(key: str = typer.Argument(..., help="Run key or prefix."), json: bool = JSON, quiet: bool = QUIET) -> None:
-    """Show one stored record with its parameters and result."""
-    from ..store import Store
-
-    def body():
-        with Store() as store:
-            record = store.get(key)
-            return {**record.summary(), "params": record.params, "result": record.result,
-                    "points": store.points(record.id)}
-
-    run_command(body, mode(json, quiet))
-
-
-@runs_app.command("import")
-def runs_import(files: List[Path] = typer.Argument(..., help="JSON files `quantkit bench --json` or `quantkit eval` wrote."),
-                model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name to store under (default: from the file)."),
-                variant: Optional[str] = typer.Option(None, "--variant", help="Variant label (default: the checkpoint's method, or baseline)."),
-                json: bool = JSON, quiet: bool = QUIET) -> None:
-    """Store standalone bench/eval results so that `quantkit compare` reports them."""
-    from ..errors import UsageError
-    from ..store import Store
-    from ..store_import import import_result
-
-    def body():
-        if variant and len(files) > 1:
-            raise UsageError("--variant labels one result; import the files one at a time")
-        with Store() as store:
-            return [import_result(store, f, model=model, variant=variant) for f in files]
-
-    def human(rows):
-        for r in rows:
-            what = "imported" if r["imported"] else "already stored"
-            stdout.print(f"{what}: {r['kind']} {r['model']} / {r['variant']} ({r['run_key'][:10]}) from {r['file']}")
-
-    run_command(body, mode(json, quiet), human)
-
-
-@runs_app.command("rm")
-def runs_rm(key: str = typer.Argument(..., help="Run key or prefix."), json: bool = JSON, quiet: bool = QUIET) -> None:
-    """Remove stored records (all attempts of a key); the next `quantkit run` redoes them."""
-    from ..store import Store
-
-    def body():
-        with Store() as store:
-            return {"removed": store.remove(key)}
-
-    run_command(body, mode(json, quiet), lambda r: stdout.print(f"removed {r['removed']} record(s)"))

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import models, recipe as recipes, settings
-from ..console import info, step, stdout_to_stderr
+from ..console import info, library_output, step
 from ..errors import BackendError, UsageError
 from ..registry import BACKENDS
-from .record import ConvertRecord, SourceModel, dir_size, hardware
+from ..checkpoint import ConvertRecord, SourceModel, check_causal_lm, dir_size
+from ..machine import hardware
 
 
 def default_output(model_name: str, method: str) -> Path:
@@ -26,7 +27,7 @@ def default_output(model_name: str, method: str) -> Path:
 
 
 def plan(
-    model: str,
+    model: str | models.ResolvedModel,
     method: str | None = None,
     recipe: str | None = None,
     overrides: dict[str, Any] | None = None,
@@ -44,13 +45,15 @@ def plan(
         raise UsageError(
             f"backend '{backend}' does not do method '{chosen.method}' (it does: {', '.join(sorted(backend_cls.methods))})"
         )
-    resolved = models.resolve(model)
-    models.check_causal_lm(resolved.path)  # a Hub download or a GGUF can be something else
+    # a ResolvedModel travels down as it is: resolving its path again would lose its provenance
+    # (a built-in alias or Hub id would read as a local folder in quantkit.json)
+    resolved = model if isinstance(model, models.ResolvedModel) else models.resolve(model)
+    check_causal_lm(resolved.path)  # a Hub download or a GGUF can be something else
     return resolved, chosen
 
 
 def convert(
-    model: str,
+    model: str | models.ResolvedModel,
     method: str | None = None,
     output: Path | None = None,
     recipe: str | None = None,
@@ -75,7 +78,7 @@ def convert(
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     try:
-        with stdout_to_stderr():
+        with library_output(f"{chosen.backend}: {chosen.method} of {resolved.ref}"):
             result = backend.quantize(resolved, chosen, tmp)
         peak_rss_mb = result.peak_rss_mb or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         record = ConvertRecord(
@@ -117,7 +120,7 @@ def _verify(record: ConvertRecord, out: Path) -> None:
 
     with step("checking that vLLM loads and generates from it"):
         result = verify_in_vllm([out])[0]
-    from ..engine import installed_vllm_version
+    from ..serve.server import installed_vllm_version
 
     result["vllm"] = installed_vllm_version()
     record.vllm_check = result

@@ -84,7 +84,7 @@ def _read_file(path: Path) -> list[Any]:
         if suffix == ".json":
             data = json.loads(path.read_text(encoding="utf-8"))
             return data if isinstance(data, list) else [data]
-        from ..jsonl import read_jsonl
+        from ..files import read_jsonl
 
         return read_jsonl(path)
     except (OSError, UnicodeDecodeError) as exc:

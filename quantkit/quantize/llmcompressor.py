@@ -22,7 +22,7 @@ from ..models import ResolvedModel
 from ..recipe import Recipe
 from . import calibration
 from .base import BackendResult, resolve_group_size
-from .record import package_versions
+from ..machine import package_versions
 
 
 class LLMCompressorBackend:

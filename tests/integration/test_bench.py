@@ -18,10 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from quantkit.bench import run_bench
-from quantkit.engine import ServeConfig, VLLMServer
+from quantkit.measure.bench import bench, run_bench
+from quantkit.serve.config import ServeConfig
+from quantkit.serve.server import VLLMServer
 from quantkit.errors import BackendError, UsageError
-from quantkit.loadgen import PromptSource, Target, parse_slo, run_point
+from quantkit.measure.loadgen import Target, run_point
+from quantkit.measure.slo import parse_slo
+from quantkit.measure.workload import PromptSource
 
 pytestmark = pytest.mark.integration
 
@@ -109,14 +112,14 @@ def test_quantized_checkpoint_serves_and_tears_down(smollm2_dir, tmp_path):
     qdir = tmp_path / "smollm2-w4a16"
     # w4a16-rtn: data-free and loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32)
     convert(str(smollm2_dir), "w4a16-rtn", qdir)
-    run = run_bench(qdir, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
-                    config=ServeConfig(enforce_eager=True), warmup_requests=1, out_dir=tmp_path / "res")
+    run = bench(qdir, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
+                config=ServeConfig(enforce_eager=True), warmup_requests=1, out_dir=tmp_path / "res")
     assert run.complete and run.checkpoint["method"] == "w4a16-rtn"
     assert any("WNA16" in line or "Kernel" in line for line in run.server.quant_lines), run.server.quant_lines
     for point in run.points:
         assert point.failures == 0 and point.completion_tokens == 4 * 8
         assert point.ttft.max < point.e2e.max and point.ttft.mean < point.e2e.mean
-    # run_bench's server is gone with its whole process group (pid == pgid: a session leader)
+    # bench's server is gone with its whole process group (pid == pgid: a session leader)
     assert run.server.pid and group_gone(run.server.pid)
 
 
@@ -184,7 +187,7 @@ def test_server_death_mid_point_keeps_partial_point(server, smollm2_dir, tmp_pat
     killer.start()
     try:
         with pytest.raises(BackendError, match="died during the point at concurrency 2") as info:
-            run_bench(smollm2_dir, url=server.url, concurrency=[2], num_prompts=40, input_len=32, output_len=64,
+            run_bench(server, smollm2_dir, concurrency=[2], num_prompts=40, input_len=32, output_len=64,
                       warmup_requests=0, out_dir=tmp_path)
     finally:
         killer.cancel()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.quantize import convert
-from quantkit.quantize.record import ConvertRecord
+from quantkit.checkpoint import ConvertRecord
 from quantkit.quantize.verify import verify_in_vllm
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,8 @@ LL_TASK, LL_LIMIT = "arc_easy", 20
 
 @pytest.fixture(scope="module")
 def server(smollm2_dir, data_dir):
-    from quantkit.engine import ServeConfig, VLLMServer
+    from quantkit.serve.config import ServeConfig
+    from quantkit.serve.server import VLLMServer
 
     with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True)) as srv:
         yield srv
@@ -89,7 +90,7 @@ def test_served_scores_agree_with_lm_eval_hf_backend(loglikelihood_run, smollm2_
     checkpoint must give the same scores within the reported stderr."""
     import lm_eval
 
-    from quantkit import evals_core, evals_tasks
+    from quantkit.evals import run as evals_run, tasks as evals_tasks
 
     (task,) = loglikelihood_run["run"]["tasks"]
     setup = evals_tasks.prepare(evals_tasks.resolve(LL_TASK), data_dir, tmp_path / "cfg")
@@ -98,7 +99,7 @@ def test_served_scores_agree_with_lm_eval_hf_backend(loglikelihood_run, smollm2_
         # The checkpoint is bf16 and vLLM serves it in bf16; the same dtype keeps the comparison tight.
         model_args={"pretrained": str(smollm2_dir), "dtype": "bfloat16", "device": "cpu"},
         batch_size=8, tasks=[LL_TASK], limit=LL_LIMIT, task_manager=evals_tasks.task_manager(setup),
-        log_samples=True, bootstrap_iters=evals_core.BOOTSTRAP_ITERS, **evals_core.SEEDS,
+        log_samples=True, bootstrap_iters=evals_run.BOOTSTRAP_ITERS, **evals_run.SEEDS,
     )
     for name in ("acc,none", "acc_norm,none"):
         served = task["metrics"][name]

@@ -40,7 +40,7 @@ TASKS = {  # task -> (baseline, quantized) primary metric values
 def make_checkpoint(folder: Path) -> Path:
     from safetensors.numpy import save_file
 
-    from quantkit.quantize.record import ConvertRecord, SourceModel
+    from quantkit.checkpoint import ConvertRecord, SourceModel
 
     folder.mkdir(parents=True)
     rng = np.random.default_rng(0)
@@ -81,7 +81,7 @@ def make_checkpoint(folder: Path) -> Path:
 
 
 def _eval_run(folder: Path, which: int, method: str):
-    from quantkit.evals_core import DataInfo, EvalRun, Metric, TaskResult
+    from quantkit.evals.results import DataInfo, EvalRun, Metric, TaskResult
 
     tasks = [TaskResult(
         task=name, suite="quick", version="1.0", n_shot=0, limit=100, n_samples=100, n_available=2376,
@@ -95,9 +95,10 @@ def _eval_run(folder: Path, which: int, method: str):
 
 
 def _bench_run(folder: Path, tok_s: list[float]):
-    from quantkit.bench import BenchRun
-    from quantkit.engine import ServeConfig, ServerInfo
-    from quantkit.loadgen import BenchPoint, Stats
+    from quantkit.measure.bench import BenchRun
+    from quantkit.serve.config import ServeConfig
+    from quantkit.serve.server import ServerInfo
+    from quantkit.measure.point import BenchPoint, Stats
 
     def stats(mean):
         return Stats(n=8, mean=mean, p50=mean, p90=mean * 1.2, p95=mean * 1.3, p99=mean * 1.5, min=mean / 2, max=mean * 2)
@@ -119,7 +120,7 @@ def store_runs(home: Path, ckpt: Path, baseline_dir: Path, *, evals: bool = True
                bench: bool = True, quant_scores: dict[str, float] | None = None,
                recipe_gates: dict | None = None) -> None:
     """Records as `quantkit run` writes them: convert, bench, eval per variant."""
-    from quantkit.quantize.record import ConvertRecord
+    from quantkit.checkpoint import ConvertRecord
     from quantkit.store import Store, run_key
 
     def stage(store, kind, variant, params, result, path=None):
@@ -407,8 +408,8 @@ def test_card_command_writes_the_card_locally(world):
 def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     from huggingface_hub import ModelCard
 
-    from quantkit.bench import TuneEntry, TuneResult
-    from quantkit.engine import ServeConfig
+    from quantkit.measure.tune import TuneEntry, TuneResult
+    from quantkit.serve.config import ServeConfig
 
     store_runs(world["home"], world["ckpt"], world["baseline"], bench=False)
     base = ServeConfig(enforce_eager=True)
@@ -418,10 +419,16 @@ def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
         TuneEntry(label="defaults", config=base.changed(), command="vllm serve x", point=point),
         TuneEntry(label="max-num-seqs=64 block-size=64", config=tuned.changed(), command="vllm serve x", point=point)])
     tune.best, tune.best_reason = tune.entries[1], "highest output tok/s among configurations meeting the SLO"
-    (world["ckpt"] / "quantkit-bench" / "tune-20261129T163025Z.json").write_text(json.dumps(tune.model_dump(mode="json")))
-    # an older tune must not win over the newest one
-    (world["ckpt"] / "quantkit-bench" / "tune-20261128T000000Z.json").write_text(json.dumps(
-        {**tune.model_dump(mode="json"), "best": {**tune.entries[0].model_dump(mode="json"), "config": {"max_num_seqs": 8}}}))
+    from quantkit.store import Store, run_key
+
+    with Store(world["home"] / "results.db") as store:  # tune results are store records
+        older = {**tune.model_dump(mode="json"), "best": {**tune.entries[0].model_dump(mode="json"),
+                                                          "config": {"max_num_seqs": 8}}}
+        for n, result in enumerate([older, tune.model_dump(mode="json")]):  # the newest one wins
+            rid = store.begin(run_key("tune", n=n), "tune", "smollm2-135m", "gptq", {"checkpoint": str(world["ckpt"])})
+            store.finish(rid, result)
+    # an export file beside the checkpoint is not what the card reads
+    (world["ckpt"] / "quantkit-bench" / "tune-20261130T000000Z.json").write_text(json.dumps(older))
 
     proc = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO)
     assert proc.returncode == 0, proc.stderr

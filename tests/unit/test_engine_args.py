@@ -6,7 +6,9 @@ import socket
 
 import pytest
 
-from quantkit.engine import ServeConfig, check_port, failure_reason, parse_log, parse_serve_arg
+from quantkit.serve.config import ServeConfig, parse_serve_arg
+from quantkit.serve.log import failure_reason, parse_log
+from quantkit.serve.server import check_port
 from quantkit.errors import UsageError
 
 
@@ -85,7 +87,7 @@ def test_parse_log_reads_kv_cache_and_kernels():
 
 
 def test_vllm_command_tells_a_cli_from_a_python_wrapper(tmp_path, monkeypatch):
-    from quantkit.engine import vllm_command
+    from quantkit.serve.server import vllm_command
 
     for name, expected_tail in (("vllm", []), ("vllm-python", ["-m", "vllm.entrypoints.cli.main"]),
                                 ("python3", ["-m", "vllm.entrypoints.cli.main"])):
@@ -130,7 +132,7 @@ TP_FUSION_FAILURE = """\
 
 
 def test_failure_hint_names_the_fusion_flag_only_for_tensor_parallel_cuda_failures():
-    from quantkit.engine import failure_hint
+    from quantkit.serve.log import failure_hint
 
     assert "fuse_allreduce_rms" in failure_hint(TP_FUSION_FAILURE, ServeConfig(tensor_parallel_size=2))
     assert failure_hint(TP_FUSION_FAILURE, ServeConfig()) == ""
@@ -145,7 +147,7 @@ def test_server_that_logs_a_fatal_engine_error_but_hangs_fails_fast(tmp_path, mo
     import os
     import time
 
-    from quantkit import engine
+    from quantkit.serve import server as engine
     from quantkit.errors import BackendError
 
     log_lines = TP_FUSION_FAILURE.replace("`", "\\`")

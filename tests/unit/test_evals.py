@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from quantkit import evals_core, evals_tasks
+from quantkit.evals import gates as evals_gates, results as evals_results, run as evals_run, tasks as evals_tasks
 from quantkit.cli import app
 from quantkit.errors import QuantkitError, BackendError, GateFailed, SetupError, UsageError
 
@@ -171,7 +171,7 @@ def test_limit_larger_than_the_split_scores_the_whole_split_with_a_warning(tmp_p
     # The limit is checked (and warned about) before anything else; the empty model folder then
     # stops the run.
     with pytest.raises(QuantkitError):
-        evals_core.run_eval(model, "boolq", limit=5000, url="http://127.0.0.1:9", output_dir=tmp_path / "out")
+        evals_run.prepare(model, "boolq", limit=5000, output_dir=tmp_path / "out")
     warned = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
     assert "--limit 5000 is more than boolq's validation split (3270 items); all 3270 are scored" in warned
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
@@ -203,7 +203,7 @@ def test_server_without_logprobs_is_one_line():
     thread.start()
     try:
         with pytest.raises(BackendError) as err:
-            evals_core.check_logprobs(f"http://127.0.0.1:{server.server_port}/v1", "m", [1, 2, 3])
+            evals_run.check_logprobs(f"http://127.0.0.1:{server.server_port}/v1", "m", [1, 2, 3])
     finally:
         server.shutdown()
         server.server_close()
@@ -215,17 +215,17 @@ def test_server_without_logprobs_is_one_line():
 # Recovery, stderr, gates
 
 
-def _task(name: str, value: float, stderr: float | None, *, metric="acc,none", higher=True, n_shot=0, limit=100) -> evals_core.TaskResult:
-    return evals_core.TaskResult(
+def _task(name: str, value: float, stderr: float | None, *, metric="acc,none", higher=True, n_shot=0, limit=100) -> evals_results.TaskResult:
+    return evals_results.TaskResult(
         task=name, version="1.0", n_shot=n_shot, limit=limit, n_samples=limit or 1000, n_available=1000,
         output_type="multiple_choice", chat_template=False, add_bos_token=False,
-        data=evals_core.DataInfo(source="offline", template="stock:x.yaml"), primary_metric=metric,
-        higher_is_better=higher, metrics={metric: evals_core.Metric(value=value, stderr=stderr)}, wall_time_s=1.0,
+        data=evals_results.DataInfo(source="offline", template="stock:x.yaml"), primary_metric=metric,
+        higher_is_better=higher, metrics={metric: evals_results.Metric(value=value, stderr=stderr)}, wall_time_s=1.0,
     )
 
 
-def _run(*tasks: evals_core.TaskResult, name="q") -> evals_core.EvalRun:
-    return evals_core.EvalRun(created_at="2026-11-29T00:00:00+00:00", model_dir=f"/m/{name}", checkpoint={}, server={},
+def _run(*tasks: evals_results.TaskResult, name="q") -> evals_results.EvalRun:
+    return evals_results.EvalRun(created_at="2026-11-29T00:00:00+00:00", model_dir=f"/m/{name}", checkpoint={}, server={},
                               protocol={}, data_dir=None, versions={}, tasks=list(tasks), results_file=f"/r/{name}.json")
 
 
@@ -234,13 +234,13 @@ def test_ratio_stderr_matches_the_delta_method_and_a_monte_carlo_check():
 
     q, se_q, b, se_b = 0.45, 0.02, 0.5, 0.025
     expected = (q / b) * math.sqrt((se_q / q) ** 2 + (se_b / b) ** 2)
-    assert evals_core.ratio_stderr(q, se_q, b, se_b) == pytest.approx(expected)
+    assert evals_gates.ratio_stderr(q, se_q, b, se_b) == pytest.approx(expected)
     rng = random.Random(0)
     ratios = [rng.gauss(q, se_q) / rng.gauss(b, se_b) for _ in range(200_000)]
     mean = sum(ratios) / len(ratios)
     sd = math.sqrt(sum((r - mean) ** 2 for r in ratios) / len(ratios))
     assert sd == pytest.approx(expected, rel=0.05)
-    assert evals_core.ratio_stderr(q, None, b, se_b) is None
+    assert evals_gates.ratio_stderr(q, None, b, se_b) is None
 
 
 def test_recovery_per_task_average_and_propagated_stderr():
@@ -248,7 +248,7 @@ def test_recovery_per_task_average_and_propagated_stderr():
                  _task("wikitext", 22.0, None, metric="word_perplexity,none", higher=False))
     base = _run(_task("arc_easy", 0.50, 0.025), _task("piqa", 0.60, 0.03),
                 _task("wikitext", 20.0, None, metric="word_perplexity,none", higher=False), name="b")
-    report = evals_core.compare_to_baseline(quant, base)
+    report = evals_gates.compare_to_baseline(quant, base)
     rows = {r.task: r for r in report.tasks}
     assert rows["arc_easy"].recovery == pytest.approx(0.9)
     assert rows["arc_easy"].recovery_stderr == pytest.approx(0.9 * math.sqrt((0.02 / 0.45) ** 2 + (0.025 / 0.5) ** 2))
@@ -267,56 +267,65 @@ def test_protocol_mismatch_is_refused():
     quant = _run(_task("arc_easy", 0.45, 0.02, n_shot=5))
     base = _run(_task("arc_easy", 0.50, 0.02, n_shot=0), name="b")
     with pytest.raises(UsageError, match="different protocol than the baseline: n_shot 5 vs baseline 0"):
-        evals_core.compare_to_baseline(quant, base)
+        evals_gates.compare_to_baseline(quant, base)
     with pytest.raises(UsageError, match="have no 'piqa'"):
-        evals_core.compare_to_baseline(_run(_task("piqa", 0.5, 0.01)), base)
+        evals_gates.compare_to_baseline(_run(_task("piqa", 0.5, 0.01)), base)
 
 
 def test_gates_pass_and_fail_with_task_and_shortfall():
     quant = _run(_task("arc_easy", 0.45, 0.02), _task("piqa", 0.60, 0.03))
     base = _run(_task("arc_easy", 0.50, 0.025), _task("piqa", 0.60, 0.03), name="b")
-    ok = evals_core.compare_to_baseline(quant, base, {"min_recovery": 0.94})
+    ok = evals_gates.compare_to_baseline(quant, base, {"min_recovery": 0.94})
     assert ok.passed and ok.gates[0].value == pytest.approx(0.95)
 
     with pytest.raises(GateFailed) as err:
-        evals_core.compare_to_baseline(quant, base, {"min_task_recovery": 0.97})
+        evals_gates.compare_to_baseline(quant, base, {"min_task_recovery": 0.97})
     msg = err.value.one_line()
     assert err.value.exit_code == 3
     assert "arc_easy recovery 0.9000 < 0.97 (short by 0.0700)" in msg
     assert "piqa" not in msg  # piqa passed
 
-    report = evals_core.compare_to_baseline(quant, base, evals_core.Gates(min_recovery=0.97, tasks={"piqa": 0.99}),
+    report = evals_gates.compare_to_baseline(quant, base, evals_gates.Gates(min_recovery=0.97, tasks={"piqa": 0.99}),
                                             raise_on_fail=False)
     assert not report.passed
     assert [(g.gate, g.task, g.passed) for g in report.gates] == [("min_recovery", None, False), ("tasks", "piqa", True)]
-    assert "average recovery 0.9500 < 0.97 (short by 0.0200)" in evals_core.gate_failure_message(report)
+    assert "average recovery 0.9500 < 0.97 (short by 0.0200)" in evals_gates.gate_failure_message(report)
 
     with pytest.raises(UsageError, match="not in these results: gsm8k"):
-        evals_core.compare_to_baseline(quant, base, {"tasks": {"gsm8k": 0.9}})
+        evals_gates.compare_to_baseline(quant, base, {"tasks": {"gsm8k": 0.9}})
 
 
 def test_zero_baseline_fails_a_gate_instead_of_dividing_by_zero():
-    report = evals_core.compare_to_baseline(_run(_task("gsm8k", 0.0, 0.0)), _run(_task("gsm8k", 0.0, 0.0), name="b"),
+    report = evals_gates.compare_to_baseline(_run(_task("gsm8k", 0.0, 0.0)), _run(_task("gsm8k", 0.0, 0.0), name="b"),
                                             {"min_task_recovery": 0.9}, raise_on_fail=False)
     assert report.tasks[0].recovery is None and not report.passed
-    assert "undefined" in evals_core.gate_failure_message(report)
+    assert "undefined" in evals_gates.gate_failure_message(report)
 
 
-def test_results_round_trip_and_baseline_lookup_by_folder(tmp_path):
+def test_results_round_trip_and_baseline_lookup_in_the_store(tmp_path):
+    from quantkit.store import Store, standalone
+
     run = _run(_task("arc_easy", 0.45, 0.02))
     run.model_dir = str(tmp_path)
-    folder = evals_core.results_dir(tmp_path)
+    folder = evals_results.results_dir(tmp_path)
     folder.mkdir()
     run.write(folder / "20261129T000000Z.json")
-    again = evals_core.EvalRun.read(folder / "20261129T000000Z.json")
+    again = evals_results.EvalRun.read(folder / "20261129T000000Z.json")
     assert again == run
-    assert evals_core.load_baseline(tmp_path, like=run).results_file == str(folder / "20261129T000000Z.json")
+    # a folder's baseline is its newest stored eval (the export file alone does not count)
+    with pytest.raises(UsageError, match="the store has no eval of"):
+        evals_results.find_baseline(tmp_path, like=run)
+    with Store() as store, standalone(store, "eval", tmp_path, {}) as rec:
+        rec.finish(run.model_dump(mode="json"), run.results_file)
+    assert evals_results.find_baseline(tmp_path, like=run).results_file == str(folder / "20261129T000000Z.json")
     other = _run(_task("arc_easy", 0.45, 0.02, n_shot=5))
-    with pytest.raises(UsageError, match="match this run's protocol"):
-        evals_core.load_baseline(tmp_path, like=other)
+    with pytest.raises(UsageError, match="matches this run's protocol"):
+        evals_results.find_baseline(tmp_path, like=other)
+    # an exported results file still works as a baseline by path
+    assert evals_results.find_baseline(folder / "20261129T000000Z.json") == run
     (tmp_path / "bad.json").write_text(json.dumps({"kind": "quantkit.convert"}))
     with pytest.raises(UsageError, match="not a quantkit eval results file"):
-        evals_core.EvalRun.read(tmp_path / "bad.json")
+        evals_results.EvalRun.read(tmp_path / "bad.json")
 
 
 def test_cli_gate_failure_exits_3_and_names_the_task(tmp_path, monkeypatch):
@@ -325,7 +334,7 @@ def test_cli_gate_failure_exits_3_and_names_the_task(tmp_path, monkeypatch):
     base.write(tmp_path / "base.json")
     (tmp_path / "config.json").write_text("{}")
     # The evaluation itself is the integration tests' job; here only the CLI's gate wiring runs.
-    monkeypatch.setattr(evals_core, "run_eval", lambda *a, **k: quant)
+    monkeypatch.setattr(evals_run, "evaluate", lambda *a, **k: quant)
     result = CliRunner().invoke(app, ["eval", str(tmp_path), "-t", "arc_easy", "--baseline", str(tmp_path / "base.json"),
                                       "--min-recovery", "0.97", "--json"])
     assert result.exit_code == 3
@@ -337,8 +346,8 @@ def test_lm_eval_result_block_becomes_metrics_with_stderr():
     block = {"alias": "wikitext", "sample_len": 62, "word_perplexity,none": 33.98, "word_perplexity_stderr,none": "N/A",
              "acc,none": 0.41, "acc_stderr,none": 0.0494, "exact_match,strict-match": 0.0,
              "exact_match_stderr,strict-match": 0.0}
-    metrics = evals_core._metrics(block)
+    metrics = evals_run._metrics(block)
     assert set(metrics) == {"word_perplexity,none", "acc,none", "exact_match,strict-match"}
     assert metrics["word_perplexity,none"].stderr is None
-    assert metrics["acc,none"] == evals_core.Metric(value=0.41, stderr=0.0494)
+    assert metrics["acc,none"] == evals_results.Metric(value=0.41, stderr=0.0494)
     assert metrics["exact_match,strict-match"].stderr == 0.0

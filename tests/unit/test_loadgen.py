@@ -9,9 +9,9 @@ import statistics
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.loadgen import (
-    RequestResult, Slo, Stats, load_dataset, parse_slo, percentile, poisson_schedule, summarize,
-)
+from quantkit.measure.point import RequestResult, Stats, percentile, summarize
+from quantkit.measure.slo import Slo, parse_slo
+from quantkit.measure.workload import load_dataset, poisson_schedule
 
 
 def numpy_percentile(values, q):
@@ -80,8 +80,8 @@ def test_summarize_throughput_and_goodput():
         RequestResult(ok=False, error="HTTP 500: boom"),
     ]
     slo = parse_slo("ttft_p95=0.5,itl_p95=0.1")
-    p = summarize(results, 2.0, profile="concurrency", concurrency=4, rate=None, output_len=4, input_len=10,
-                  api="completions", started_at="t", slo=slo)
+    p = slo.judge(summarize(results, 2.0, profile="concurrency", concurrency=4, rate=None, output_len=4,
+                            input_len=10, api="completions", started_at="t"), results)
     assert p.successes == 3 and p.failures == 2 and p.failure_reasons == {"HTTP 500: boom": 2}
     assert p.completion_tokens == 12 and p.output_tok_s == pytest.approx(6.0)
     assert p.total_tok_s == pytest.approx((30 + 12) / 2.0) and p.req_s == pytest.approx(1.5)
@@ -94,8 +94,9 @@ def test_summarize_throughput_and_goodput():
 
 def test_slo_met_when_all_terms_hold():
     results = [req(0.1, [0.02] * 5) for _ in range(4)]
-    p = summarize(results, 1.0, profile="rate", concurrency=None, rate=2.0, output_len=6, input_len=10,
-                  api="completions", started_at="t", slo=Slo(terms=parse_slo("ttft_p99=0.2,tpot_p50=0.03").terms))
+    slo = Slo(terms=parse_slo("ttft_p99=0.2,tpot_p50=0.03").terms)
+    p = slo.judge(summarize(results, 1.0, profile="rate", concurrency=None, rate=2.0, output_len=6, input_len=10,
+                            api="completions", started_at="t"), results)
     assert p.slo_met is True and p.slo_violations == [] and p.goodput_req_s == pytest.approx(4.0)
 
 

@@ -13,11 +13,13 @@ import math
 import pytest
 
 from quantkit import report as R
-from quantkit.bench import BenchRun, KneeProbe, KneeResult
-from quantkit.engine import ServerInfo
-from quantkit.evals_core import DataInfo, EvalRun, Metric, TaskResult, compare_to_baseline
-from quantkit.loadgen import BenchPoint, Stats
-from quantkit.quantize.record import ConvertRecord, SourceModel
+from quantkit.measure.bench import BenchRun
+from quantkit.measure.search import KneeProbe, KneeResult
+from quantkit.serve.server import ServerInfo
+from quantkit.evals.gates import compare_to_baseline
+from quantkit.evals.results import DataInfo, EvalRun, Metric, TaskResult
+from quantkit.measure.point import BenchPoint, Stats
+from quantkit.checkpoint import ConvertRecord, SourceModel
 
 BASE_SIZE = 270_000_000
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
-from quantkit import store as store_mod
+from quantkit.store import db as store_mod
 from quantkit.errors import UsageError
 from quantkit.store import Store, StoreError, run_key
 
@@ -24,7 +25,7 @@ def test_round_trip_and_points(tmp_path):
         assert record.status == "done" and record.result == {"kind": "quantkit.bench", "complete": True}
         assert record.params == {"concurrency": [1, 4]} and record.result_path == "/x/bench.json"
         assert [p["concurrency"] for p in s.points(record.id)] == [1, 4]
-        assert s.schema_version() == len(store_mod.MIGRATIONS)
+        assert s.applied() == [name for name, _ in store_mod.MIGRATIONS]
         assert s.get(key[:6]).id == record.id
 
 
@@ -64,12 +65,36 @@ def test_failed_stage_keeps_reason_and_partial_result(tmp_path):
 def test_new_migration_is_applied_once(tmp_path, monkeypatch):
     path = tmp_path / "r.db"
     Store(path).close()
-    monkeypatch.setattr(store_mod, "MIGRATIONS", store_mod.MIGRATIONS + ["ALTER TABLE records ADD COLUMN note TEXT"])
+    monkeypatch.setattr(store_mod, "MIGRATIONS",
+                        store_mod.MIGRATIONS + [("m999_note", "ALTER TABLE records ADD COLUMN note TEXT")])
     with Store(path) as s:
-        assert s.schema_version() == len(store_mod.MIGRATIONS)
+        assert s.applied()[-1] == "m999_note"
         columns = [row[1] for row in s.db.execute("PRAGMA table_info(records)")]
         assert "note" in columns
     Store(path).close()  # idempotent
+
+
+def test_a_store_written_by_the_numbered_migrations_opens_in_place(tmp_path):
+    """The committed H200 store was written by main 90b5006 (schema_migrations version 1, a kind
+    CHECK without 'tune'); it migrates in place and keeps every record and point."""
+    import shutil
+
+    path = tmp_path / "old.db"
+    shutil.copy(Path(__file__).parents[2] / "docs/reports/h200/raw-2026-12-01/results.db", path)
+    old = sqlite3.connect(path)
+    before = old.execute("SELECT COUNT(*) FROM records").fetchone()[0], old.execute("SELECT COUNT(*) FROM points").fetchone()[0]
+    old.close()
+    assert before[0] > 0 and before[1] > 0
+    with Store(path) as s:
+        assert s.applied() == [name for name, _ in store_mod.MIGRATIONS]
+        after = (len(s.records()), s.db.execute("SELECT COUNT(*) FROM points").fetchone()[0])
+        assert after == before
+        rid = s.begin(run_key("tune", x=1), "tune", "m", "baseline", {})  # the new kind fits
+        s.finish(rid, {"best": None})
+        assert s.db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        assert not s.db.execute("PRAGMA foreign_key_check").fetchall()
+    with Store(path) as s:  # reopened: nothing re-applied
+        assert len(s.records()) == before[0] + 1
 
 
 def test_corrupted_store_is_one_line(tmp_path):

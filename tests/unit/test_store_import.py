@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from quantkit.compare import _variant, gather
+from quantkit.report.gather import gather, variant_of as _variant
 from quantkit.errors import UsageError
 from quantkit.store import Store
-from quantkit.store_import import default_names, import_result
+from quantkit.store import default_names, import_result
 
 
 def point(concurrency, tok_s):

@@ -1,4 +1,4 @@
-"""`quantkit serve`, `quantkit bench`, `quantkit tune`."""
+"""`quantkit serve`, `quantkit bench`, `quantkit tune`: the commands that start a vLLM server."""
 
 from __future__ import annotations
 
@@ -11,32 +11,10 @@ from rich.table import Table
 
 from ..console import run_command, stderr, stdout
 from . import app
-from .options import JSON, QUIET, mode
+from .options import Json, Quiet, ServingOptions, mode, serving_options
 
-# Serving knobs: the same options on every command that starts a server.
-QUANT = typer.Option(None, "--quantization", help="vLLM --quantization (default: vLLM detects it from the checkpoint).")
-GPU_MEM = typer.Option(None, "--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (GPU only).")
-MAX_SEQS = typer.Option(None, "--max-num-seqs", help="Most sequences per scheduler step.")
-MAX_BATCHED = typer.Option(None, "--max-num-batched-tokens", help="Most tokens per scheduler step.")
-BLOCK = typer.Option(None, "--block-size", help="KV-cache block size in tokens.")
-CHUNKED = typer.Option(None, "--enable-chunked-prefill/--no-enable-chunked-prefill", help="Chunked prefill (default: vLLM's).")
-MAX_LEN = typer.Option(2048, "--max-model-len", help="Context length the server accepts.")
-KV_DTYPE = typer.Option(None, "--kv-cache-dtype", help="KV-cache dtype (auto, fp8, ...).")
-TP = typer.Option(None, "--tensor-parallel-size", help="Tensor-parallel GPUs.")
-PP = typer.Option(None, "--pipeline-parallel-size", help="Pipeline-parallel stages.")
-DEB = typer.Option(None, "--distributed-executor-backend", help="mp, ray (multi-node), uni.")
-LOAD_FORMAT = typer.Option(None, "--load-format", help="vLLM --load-format (dummy: random weights, for speed work).")
-EAGER = typer.Option(False, "--enforce-eager", help="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")
-SERVE_ARG = typer.Option(None, "--serve-arg", help="Any other `vllm serve` flag as NAME=VALUE (or NAME); repeatable.")
 PORT = typer.Option(None, "--port", help="Port for the server (default: a free one).")
 STARTUP = typer.Option(600.0, "--startup-timeout", help="Seconds to wait for the server to become ready.")
-
-
-def _config(serve_arg, **knobs):
-    from ..engine import ServeConfig
-
-    return ServeConfig.from_options(serve_arg or [], **knobs)
-
 
 def _csv(text: Optional[str], cast, name: str):
     if text is None:
@@ -53,33 +31,20 @@ def _csv(text: Optional[str], cast, name: str):
 
 
 @app.command()
+@serving_options
 def serve(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
     port: Optional[int] = PORT,
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
-    quantization: Optional[str] = QUANT, gpu_memory_utilization: Optional[float] = GPU_MEM,
-    max_num_seqs: Optional[int] = MAX_SEQS, max_num_batched_tokens: Optional[int] = MAX_BATCHED,
-    block_size: Optional[int] = BLOCK, enable_chunked_prefill: Optional[bool] = CHUNKED,
-    max_model_len: Optional[int] = MAX_LEN, kv_cache_dtype: Optional[str] = KV_DTYPE,
-    tensor_parallel_size: Optional[int] = TP, pipeline_parallel_size: Optional[int] = PP,
-    distributed_executor_backend: Optional[str] = DEB, load_format: Optional[str] = LOAD_FORMAT,
-    enforce_eager: bool = EAGER, serve_arg: Optional[list[str]] = SERVE_ARG,
     startup_timeout: float = STARTUP,
-    json: bool = JSON, quiet: bool = QUIET,
+    json: Json = False, quiet: Quiet = False,
+    serve: ServingOptions = None,
 ) -> None:
     """Serve MODEL_DIR with vLLM in the foreground until Ctrl-C (which stops it cleanly)."""
-    from ..engine import VLLMServer, serve_forever
+    from ..serve.server import VLLMServer, serve_forever
 
     def body():
-        config = _config(
-            serve_arg, quantization=quantization, gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-            enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            distributed_executor_backend=distributed_executor_backend, load_format=load_format,
-            enforce_eager=enforce_eager or None,
-        )
-        server = VLLMServer(model_dir, config, port=port, host=host, startup_timeout=startup_timeout)
+        server = VLLMServer(model_dir, serve.config(), port=port, host=host, startup_timeout=startup_timeout)
         return serve_forever(server, on_ready=lambda s: _print_ready(s, json))
 
     run_command(body, mode(json, quiet))
@@ -101,6 +66,7 @@ def _print_ready(server, as_json: bool) -> None:
 
 
 @app.command()
+@serving_options
 def bench(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder (its tokenizer builds the prompts; results go beside it)."),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c", help="Comma-separated concurrencies (default 1,4,16)."),
@@ -118,38 +84,24 @@ def bench(
     url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
     port: Optional[int] = PORT,
-    quantization: Optional[str] = QUANT, gpu_memory_utilization: Optional[float] = GPU_MEM,
-    max_num_seqs: Optional[int] = MAX_SEQS, max_num_batched_tokens: Optional[int] = MAX_BATCHED,
-    block_size: Optional[int] = BLOCK, enable_chunked_prefill: Optional[bool] = CHUNKED,
-    max_model_len: Optional[int] = MAX_LEN, kv_cache_dtype: Optional[str] = KV_DTYPE,
-    tensor_parallel_size: Optional[int] = TP, pipeline_parallel_size: Optional[int] = PP,
-    distributed_executor_backend: Optional[str] = DEB, load_format: Optional[str] = LOAD_FORMAT,
-    enforce_eager: bool = EAGER, serve_arg: Optional[list[str]] = SERVE_ARG,
     startup_timeout: float = STARTUP,
-    json: bool = JSON, quiet: bool = QUIET,
+    json: Json = False, quiet: Quiet = False,
+    serve: ServingOptions = None,
 ) -> None:
-    """Serve MODEL_DIR in vLLM (or use --url), run load points, print latency/throughput, store JSON."""
-    from ..bench import run_bench
+    """Serve MODEL_DIR in vLLM (or use --url), run load points, print latency/throughput, store the run."""
     from ..errors import UsageError
-    from ..loadgen import parse_slo
+    from ..measure.bench import bench as run_bench
+    from ..measure.slo import parse_slo
 
     def body():
         if api not in ("completions", "chat"):
             raise UsageError(f"--api must be completions or chat, not '{api}'")
-        parsed_slo = parse_slo(slo)
-        config = _config(
-            serve_arg, quantization=quantization, gpu_memory_utilization=gpu_memory_utilization,
-            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens, block_size=block_size,
-            enable_chunked_prefill=enable_chunked_prefill, max_model_len=max_model_len, kv_cache_dtype=kv_cache_dtype,
-            tensor_parallel_size=tensor_parallel_size, pipeline_parallel_size=pipeline_parallel_size,
-            distributed_executor_backend=distributed_executor_backend, load_format=load_format,
-            enforce_eager=enforce_eager or None,
-        )
         return run_bench(
             model_dir, concurrency=_csv(concurrency, int, "--concurrency"), rate=_csv(rate, float, "--rate"),
             sweep=sweep, sweep_max=sweep_max, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
-            url=url, config=config, port=port, slo=parsed_slo, seed=seed, warmup_requests=warmup, dataset=dataset,
-            api=api, startup_timeout=startup_timeout, out_dir=results_dir, on_point=None if json or quiet else _progress,
+            url=url, config=serve.config(), port=port, slo=parse_slo(slo), seed=seed, warmup_requests=warmup,
+            dataset=dataset, api=api, startup_timeout=startup_timeout, out_dir=results_dir,
+            on_point=None if json or quiet else _progress,
         )
 
     run_command(body, mode(json, quiet), _print_run)
@@ -215,6 +167,7 @@ def _print_run(run) -> None:
 
 
 @app.command()
+@serving_options
 def tune(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05; the best config must meet it."),
@@ -222,28 +175,23 @@ def tune(
     full_grid: bool = typer.Option(False, "--full-grid", help="Every combination instead of one knob at a time."),
     max_configs: int = typer.Option(6, "--max-configs", help="Most configurations (servers) to try."),
     concurrency: int = typer.Option(16, "--concurrency", "-c", help="Load at which configurations are compared."),
-    input_len: int = typer.Option(128, "--input-len"),
-    output_len: int = typer.Option(64, "--output-len"),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n"),
-    seed: int = typer.Option(0, "--seed"),
-    quantization: Optional[str] = QUANT, max_model_len: Optional[int] = MAX_LEN,
-    kv_cache_dtype: Optional[str] = KV_DTYPE, load_format: Optional[str] = LOAD_FORMAT,
-    enforce_eager: bool = EAGER, serve_arg: Optional[list[str]] = SERVE_ARG,
+    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (exact)."),
+    output_len: int = typer.Option(64, "--output-len", help="Generated tokens per request (exact)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests per configuration."),
+    seed: int = typer.Option(0, "--seed", help="Seed for prompts."),
     startup_timeout: float = STARTUP,
-    json: bool = JSON, quiet: bool = QUIET,
+    json: Json = False, quiet: Quiet = False,
+    serve: ServingOptions = None,
 ) -> None:
     """Sweep serving knobs (one server per configuration) and print the best under the SLO."""
-    from ..bench import parse_grid, tune as do_tune
-    from ..loadgen import parse_slo
+    from ..measure.slo import parse_slo
+    from ..measure.tune import parse_grid, tune as do_tune
 
     def body():
-        parsed_slo = parse_slo(slo)
-        base = _config(serve_arg, quantization=quantization, max_model_len=max_model_len,
-                       kv_cache_dtype=kv_cache_dtype, load_format=load_format, enforce_eager=enforce_eager or None)
         grid = parse_grid(knob) if knob else None
-        return do_tune(model_dir, slo=parsed_slo, base=base, grid=grid, full_grid=full_grid, max_configs=max_configs,
-                       concurrency=concurrency, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
-                       seed=seed, startup_timeout=startup_timeout)
+        return do_tune(model_dir, slo=parse_slo(slo), base=serve.config(), grid=grid, full_grid=full_grid,
+                       max_configs=max_configs, concurrency=concurrency, input_len=input_len, output_len=output_len,
+                       num_prompts=num_prompts, seed=seed, startup_timeout=startup_timeout)
 
     run_command(body, mode(json, quiet), _print_tune)
 

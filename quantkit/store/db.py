@@ -1,12 +1,21 @@
-"""The result store: SQLite at $QUANTKIT_HOME/results.db (WAL), append-only migrations.
+"""The result store: SQLite at $QUANTKIT_HOME/results.db (WAL), named append-only migrations.
 
-One row per stage of a run (convert, bench, eval). A row's run key is a hash of everything that
+The store is the one truth: every result (a `quantkit run` stage, a standalone bench, eval or
+tune) is a record here; the JSON files beside checkpoints are exports. Readers (compare, card,
+push, `eval --baseline`) read the store.
+
+One row per stage of a run (convert, bench, eval, tune). A row's run key is a hash of everything that
 defines the result (model fingerprint, the recipe entry of that stage, hardware, vLLM version,
 quantkit version), so `quantkit run` skips a key that is already done (resume) and `--force`
 redoes it. A stage is inserted as `running`, and becomes `done` (with its result JSON) or
 `failed` (with the reason) in one transaction; rows left `running` by a killed process are
 marked `interrupted` when the next run starts. At most one `done` row per key (a unique index).
-Bench points are appended to `points` as each one finishes, so a killed bench keeps them.
+Bench points (and tune entries) are appended to `points` as each one finishes, so a killed
+bench keeps them.
+
+Migrations are named (simonw's llm style) and applied once each, in order; a released one is never
+edited. A store written before they were named (a `schema_migrations` table with version 1) is
+adopted in place: its version 1 is the migration `m001_initial`.
 """
 
 from __future__ import annotations
@@ -21,12 +30,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import settings
-from .errors import QuantkitError, UsageError
+from .. import settings
+from ..errors import QuantkitError, UsageError
 
 # Append only: a released migration is never edited; a change is a new entry.
-MIGRATIONS: list[str] = [
-    """
+MIGRATIONS: list[tuple[str, str]] = [
+    ("m001_initial", """
     CREATE TABLE records (
         id          INTEGER PRIMARY KEY,
         run_key     TEXT NOT NULL,
@@ -51,8 +60,37 @@ MIGRATIONS: list[str] = [
         point     TEXT NOT NULL,
         PRIMARY KEY (record_id, idx)
     );
-    """,
+    """),
+    # Stage kinds grow (tune now; capacity and trials next): the kind is checked in Python
+    # (KINDS), since changing a CHECK constraint means rebuilding the table in SQLite.
+    ("m002_records_any_stage_kind", """
+    CREATE TABLE records_new (
+        id          INTEGER PRIMARY KEY,
+        run_key     TEXT NOT NULL,
+        kind        TEXT NOT NULL,
+        model       TEXT NOT NULL,
+        variant     TEXT NOT NULL,
+        status      TEXT NOT NULL CHECK (status IN ('running', 'done', 'failed', 'interrupted')),
+        params      TEXT NOT NULL,
+        result      TEXT,
+        result_path TEXT,
+        error       TEXT,
+        recipe_hash TEXT,
+        pid         INTEGER,
+        started_at  TEXT NOT NULL,
+        finished_at TEXT
+    );
+    INSERT INTO records_new SELECT * FROM records;
+    DROP TABLE records;
+    ALTER TABLE records_new RENAME TO records;
+    CREATE UNIQUE INDEX records_one_done ON records(run_key) WHERE status = 'done';
+    CREATE INDEX records_by_model ON records(model, variant, kind);
+    """),
 ]
+# What a record can be; each is a stage of a run or a standalone command's result.
+KINDS = ("convert", "bench", "eval", "tune")
+# Stores written before migrations had names numbered them: version -> name.
+_NUMBERED = {1: "m001_initial"}
 
 
 class StoreError(QuantkitError):
@@ -117,18 +155,33 @@ class Store:
     # -- schema ---------------------------------------------------------------------------------
 
     def _migrate(self) -> None:
-        self.db.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT)")
-        done = {row[0] for row in self.db.execute("SELECT version FROM schema_migrations")}
-        for version, sql in enumerate(MIGRATIONS, start=1):
-            if version in done:
+        self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
+        done = self.applied()
+        legacy = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+        if legacy.fetchone():
+            for (version,) in self.db.execute("SELECT version FROM schema_migrations").fetchall():
+                name = _NUMBERED.get(version)
+                if name and name not in done:
+                    self.db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, now()))
+            done = self.applied()
+        for name, sql in MIGRATIONS:
+            if name in done:
                 continue
-            with self.transaction():
-                for statement in filter(str.strip, sql.split(";")):
-                    self.db.execute(statement)
-                self.db.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, now()))
+            # a table rebuild must not cascade-delete the points of the rows it copies
+            self.db.execute("PRAGMA foreign_keys=OFF")
+            try:
+                with self.transaction():
+                    for statement in filter(str.strip, sql.split(";")):
+                        self.db.execute(statement)
+                    self.db.execute("INSERT INTO _migrations VALUES (?, ?)", (name, now()))
+                    if self.db.execute("PRAGMA foreign_key_check").fetchone():
+                        raise StoreError(f"migration {name} of {self.path} broke a foreign key; the store is unchanged")
+            finally:
+                self.db.execute("PRAGMA foreign_keys=ON")
 
-    def schema_version(self) -> int:
-        return self.db.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    def applied(self) -> list[str]:
+        """The names of the migrations applied to this store, in order."""
+        return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY rowid")]
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -152,6 +205,8 @@ class Store:
 
     def begin(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> int:
+        if kind not in KINDS:
+            raise ValueError(f"unknown record kind {kind!r}")
         with self.transaction():
             # a row left 'running' for this key belongs to a killed run: it never finished
             self.db.execute(
@@ -182,6 +237,24 @@ class Store:
             self.db.execute(
                 "UPDATE records SET status = ?, error = ?, result = COALESCE(?, result), finished_at = ? WHERE id = ?",
                 (status, error, json.dumps(result, default=str) if result else None, now(), record_id))
+
+    @contextmanager
+    def stage(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
+              recipe_hash: str | None = None) -> Iterator["StageHandle"]:
+        """One stage as a record: `running` on entry; `done` once `handle.finish(...)` is called;
+        `failed` (with the reason) on a QuantkitError, `interrupted` on anything else, which is
+        re-raised either way. A body that ends without finishing leaves the record failed."""
+        handle = StageHandle(self, self.begin(key, kind, model, variant, params, recipe_hash))
+        try:
+            yield handle
+        except QuantkitError as exc:
+            self.fail(handle.id, exc.one_line())
+            raise
+        except BaseException:
+            self.fail(handle.id, "interrupted", status="interrupted")
+            raise
+        if not handle.finished:
+            self.fail(handle.id, "the stage ended without a result")
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -224,6 +297,20 @@ class Store:
          started, finished) = row
         return Record(id_, key, kind, model, variant, status, json.loads(params),
                       json.loads(result) if result else None, result_path, error, recipe_hash, started, finished)
+
+
+class StageHandle:
+    """What a running stage may do with its record: add points as they finish, then finish."""
+
+    def __init__(self, store: Store, record_id: int):
+        self.store, self.id, self.finished = store, record_id, False
+
+    def add_point(self, point: dict[str, Any]) -> None:
+        self.store.add_point(self.id, point)
+
+    def finish(self, result: dict[str, Any], result_path: str | None = None) -> None:
+        self.store.finish(self.id, result, result_path)
+        self.finished = True
 
 
 def _explain(exc: sqlite3.DatabaseError, path: Path) -> str:

@@ -11,7 +11,7 @@ import io
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .report import Report
+    from .build import Report
 
 WIDTH, HEIGHT, DPI = 8.0, 5.0, 110
 

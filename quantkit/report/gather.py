@@ -1,5 +1,8 @@
 """`quantkit compare`: gather a model's results from the store (never recomputing) into a report.
 
+`gather` groups a model's records by variant; `variant_of` turns one variant's records into the
+report's `Variant` (the card's evidence uses it too); `compare` builds and writes the report.
+
 Per variant (baseline first, then methods in the order first stored) the newest `done` record of
 each stage is used; a stage that only failed or was interrupted makes the variant `failed` /
 `partial` with its reason, and a bench that stopped early still contributes the points it
@@ -8,25 +11,19 @@ stored. Recovery and gates are derived here from the stored eval scores.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
-from .store import Record, Store
+from ..checkpoint import RECORD_FILE, method_of, weight_bytes
+from ..errors import UsageError
+from ..evals.gates import compare_to_baseline
+from ..evals.results import EvalRun
+from ..store import Record, Store
+from .build import Variant, build_report
 
 STAGES = ("convert", "bench", "eval")
-
-
-def checkpoint_method(checkpoint: dict[str, Any] | None) -> str | None:
-    """The quantization a stored bench/eval saw in its checkpoint: quantkit's method; for one
-    quantkit did not write, its own quant_method (else "unknown"); None when unquantized."""
-    checkpoint = checkpoint or {}
-    method = checkpoint.get("method")
-    if method in (None, "none", "baseline"):  # bench and eval name an unquantized folder differently
-        return None
-    if method == "unknown":
-        return checkpoint.get("quant_method") or "unknown"
-    return method
 
 
 def _latest(records: list[Record]) -> Record | None:
@@ -56,9 +53,9 @@ def gather(store: Store, model: str | None = None, keys: list[str] | None = None
     return model, {v: {k: _latest(grouped[v].get(k, [])) for k in STAGES if grouped[v].get(k)} for v in order}
 
 
-def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: dict | None, gates: dict | None):
-    from .report import Variant
-
+def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval: dict | None,
+               gates: dict | None) -> Variant:
+    """One variant's newest records as a report Variant, with its recovery against the baseline."""
     convert = stages.get("convert")
     bench = stages.get("bench")
     eval_ = stages.get("eval")
@@ -73,8 +70,6 @@ def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: 
         eval_.params.get("checkpoint") if eval_ else "")
     recovery = None
     if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != "baseline":
-        from .evals_core import EvalRun, compare_to_baseline
-
         try:
             recovery = compare_to_baseline(EvalRun.model_validate(eval_.result), EvalRun.model_validate(baseline_eval),
                                            gates or None, raise_on_fail=False).model_dump(mode="json")
@@ -83,12 +78,10 @@ def _variant(store: Store, name: str, stages: dict[str, Record], baseline_eval: 
     if convert:
         method = (convert.result or {}).get("method", name)
     else:  # a checkpoint quantkit did not convert here: its own quantization, or the source dtype
-        method = checkpoint_method(((bench.result if bench else None) or {}).get("checkpoint")) or "bf16"
+        method = method_of(((bench.result if bench else None) or {}).get("checkpoint")) or "bf16"
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline: its weight files
-        from .models import weight_bytes
-
         size = weight_bytes(Path(model_dir))
     return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size,
                    convert=convert.result if convert and convert.status == "done" else None,
@@ -118,13 +111,13 @@ def environment(variants: list[Any]) -> dict[str, Any]:
 
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None) -> dict[str, Any]:
-    from .report import build_report, write_report
+    from .render import write_report
 
     model, by_variant = gather(store, model, keys)
     base = by_variant.get("baseline", {}).get("eval")
     baseline_eval = base.result if base is not None and base.status == "done" else None
     gates = {k: v for k, v in (gates or {}).items() if v}
-    variants = [_variant(store, name, stages, baseline_eval, gates) for name, stages in by_variant.items()]
+    variants = [variant_of(store, name, stages, baseline_eval, gates) for name, stages in by_variant.items()]
     recipe_hashes = sorted({s.recipe_hash for st in by_variant.values() for s in st.values() if s.recipe_hash})
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
                           recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs)
@@ -134,3 +127,93 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     return {"model": model, "paths": paths, "report": report,
             "gates_passed": all(verdicts) if verdicts else None,
             "variants": [{"name": v.name, "status": v.status, "error": v.error} for v in variants]}
+
+
+# ----------------------------------------------------------------------------------------------
+# One checkpoint's evidence (the card and push's verdict)
+
+
+@dataclass
+class Evidence:
+    """What the store holds for one checkpoint folder, and (filled by hub) the verdict on it."""
+
+    checkpoint: Path
+    model: str | None = None
+    variant: str | None = None
+    stages: dict[str, Record] = field(default_factory=dict)  # newest convert/bench/eval record for DIR
+    tune: Record | None = None  # newest finished tune of DIR
+    baseline_eval: Record | None = None  # newest done baseline eval of the same model
+    baseline_bench: Record | None = None
+    convert: dict[str, Any] | None = None  # the convert record's result, else DIR/quantkit.json
+    recovery: dict[str, Any] | None = None  # evals.gates.RecoveryReport as a dict
+    gates: dict[str, Any] = field(default_factory=dict)
+    gates_source: str = "given on the command line"
+    validated: bool = False
+    reason: str = ""  # why not validated (or the verdict when validated)
+
+    @property
+    def eval(self) -> dict[str, Any] | None:
+        r = self.stages.get("eval")
+        return r.result if r is not None and r.status == "done" else None
+
+    @property
+    def bench(self) -> Record | None:
+        return self.stages.get("bench")
+
+
+def _norm(path: str | Path | None) -> Path | None:
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
+def _record_dir(r: Record) -> Path | None:
+    if r.kind == "convert":
+        return _norm((r.result or {}).get("output_dir"))
+    return _norm(r.params.get("checkpoint"))
+
+
+def _newest(records: list[Record]) -> Record | None:
+    # the newest record of a stage decides (a later failed eval is not hidden by an older success),
+    # except that a later 'running' row of a live or killed process does not replace a finished one
+    finished = [r for r in records if r.status != "running"]
+    return (finished or records)[-1] if records else None
+
+
+def evidence_for(store: Store, checkpoint: Path) -> Evidence:
+    """The store's records of CHECKPOINT (a folder; paths compared after resolving)."""
+    checkpoint = _norm(checkpoint) or Path(checkpoint)
+    ev = Evidence(checkpoint=checkpoint)
+    mine = [r for r in store.records() if _record_dir(r) == checkpoint]
+    if mine:
+        ev.model, ev.variant = mine[-1].model, mine[-1].variant
+        mine = [r for r in mine if r.model == ev.model]
+        for kind in STAGES:
+            newest = _newest([r for r in mine if r.kind == kind])
+            if newest is not None:
+                ev.stages[kind] = newest
+        ev.tune = next((r for r in reversed(mine) if r.kind == "tune" and r.status == "done"), None)
+        base = [r for r in store.records(model=ev.model, status="done") if r.variant == "baseline"]
+        ev.baseline_eval = next((r for r in reversed(base) if r.kind == "eval"), None)
+        ev.baseline_bench = next((r for r in reversed(base) if r.kind == "bench"), None)
+    convert = ev.stages.get("convert")
+    if convert is not None and convert.status == "done" and convert.result:
+        ev.convert = convert.result
+    else:
+        ev.convert = _read_convert_file(checkpoint)
+    return ev
+
+
+def _read_convert_file(checkpoint: Path) -> dict[str, Any] | None:
+    path = checkpoint / RECORD_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("kind") == "quantkit.convert" else None
+

@@ -1,10 +1,12 @@
-"""`quantkit runs import`: put a standalone `quantkit bench` / `quantkit eval` result into the store.
+"""Results from outside `quantkit run`: standalone commands and imported files.
 
-`quantkit run` records every stage itself; a bench or eval run on its own (another machine, other
-serving flags such as tensor parallelism) writes only its JSON file. Importing that file makes it a
-stored record that `quantkit compare` reports beside the rest. The file is validated against its
-schema, nothing is recomputed, and importing the same file twice is a no-op (the run key is the
-file's content hash).
+`quantkit run` records every stage itself. A standalone `quantkit bench` / `eval` / `tune` records
+its result through `standalone(...)`, under the model and variant names `quantkit run` would have
+used for that folder, with a run key of its own (each standalone run is one record).
+
+`quantkit runs import` stores a result file made elsewhere (another machine, a quantkit whose
+store was not kept): the file is validated against its schema, nothing is recomputed, and
+importing the same file twice is a no-op (the run key is the file's content hash).
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
-from .errors import UsageError
-from .store import Store, run_key
+from ..checkpoint import describe, method_of
+from ..errors import UsageError
+from ..registry import RESULT_SCHEMAS
+from .db import StageHandle, Store, run_key
 
 KINDS = {"quantkit.bench": "bench", "quantkit.eval": "eval"}
 
@@ -34,10 +40,7 @@ def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
     kind = KINDS.get(data.get("kind") if isinstance(data, dict) else None)
     if kind is None:
         raise UsageError(f"{path} is not a quantkit bench or eval result (kind must be one of {', '.join(KINDS)})")
-    if kind == "bench":
-        from .bench import BenchRun as Model
-    else:
-        from .evals_core import EvalRun as Model
+    Model = RESULT_SCHEMAS.load(data["kind"])
     try:
         Model.model_validate(data)
     except Exception as exc:  # pydantic's message is many lines; the first error says enough
@@ -50,11 +53,9 @@ def default_names(data: dict[str, Any]) -> tuple[str, str]:
     """(model, variant) as `quantkit run` would have stored them: a checkpoint quantkit wrote is
     named `<model>-<method>-<hash8>` and is the variant `<method>`; an unquantized one is the
     baseline; one quantized elsewhere keeps its folder name and is named after its quantization."""
-    from .compare import checkpoint_method
-
     folder = Path(data.get("model_dir") or "")
     name = data.get("model_name") or folder.name
-    method = checkpoint_method(data.get("checkpoint"))
+    method = method_of(data.get("checkpoint"))
     if method is None:
         return name, "baseline"
     m = re.fullmatch(rf"(.+)-{re.escape(method)}-[0-9a-f]{{8}}", name)
@@ -78,3 +79,13 @@ def import_result(store: Store, path: Path, model: str | None = None, variant: s
         store.add_point(record_id, point)
     store.finish(record_id, data, str(path.resolve()))
     return {"file": str(path), "kind": kind, "model": model, "variant": variant, "run_key": key, "imported": True}
+
+
+@contextmanager
+def standalone(store: Store, kind: str, model_dir: Path, params: dict[str, Any]) -> Iterator[StageHandle]:
+    """The record of a standalone command's run on `model_dir` (see Store.stage)."""
+    model_dir = Path(model_dir).expanduser().resolve()
+    model, variant = default_names({"model_dir": str(model_dir), "checkpoint": describe(model_dir)})
+    key = run_key(kind, standalone=uuid.uuid4().hex)
+    with store.stage(key, kind, model, variant, {"checkpoint": str(model_dir), "standalone": True, **params}) as rec:
+        yield rec

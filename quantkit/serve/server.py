@@ -24,7 +24,6 @@ import atexit
 import ctypes
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -36,149 +35,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
-from . import settings
-from .console import info as log_info, sigterm_as_interrupt
-from .errors import BackendError, SetupError, UsageError
-
-# --------------------------------------------------------------------------------------------
-# Serving knobs
-
-
-class ServeConfig(BaseModel):
-    """The serving knobs users tune; None means "vLLM's default" and is not passed.
-
-    `quantization` stays None by default: vLLM detects the method from the checkpoint, and a value
-    that differs from the checkpoint's `quant_method` is a hard error in vLLM (FIELD-NOTES.md).
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    quantization: str | None = None
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    block_size: int | None = Field(None, ge=1)
-    enable_chunked_prefill: bool | None = None  # tri-state: None = vLLM's default
-    max_model_len: int | None = Field(2048, ge=1)  # vLLM's default is the model's (8192 here): KV-cache hungry on CPU
-    kv_cache_dtype: str | None = None
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    pipeline_parallel_size: int | None = Field(None, ge=1)
-    distributed_executor_backend: str | None = None
-    load_format: str | None = None
-    enforce_eager: bool = False
-    # free-form `--serve-arg k=v`: flag name (no dashes) -> value; None = a bare flag
-    extra: dict[str, str | None] = Field(default_factory=dict)
-
-    def to_args(self) -> list[str]:
-        """The `vllm serve` arguments for these knobs (model, host, port are added by the server)."""
-        args: list[str] = []
-        for name in _KNOBS:
-            value = getattr(self, name)
-            if value is None:
-                continue
-            flag = "--" + name.replace("_", "-")
-            if isinstance(value, bool):
-                if name == "enforce_eager":
-                    if value:
-                        args.append(flag)
-                else:
-                    args.append(flag if value else "--no-" + flag[2:])
-            else:
-                args += [flag, _fmt(value)]
-        for key, value in self.extra.items():
-            args.append("--" + key)
-            if value is not None:
-                args.append(value)
-        return args
-
-    def changed(self) -> dict[str, Any]:
-        """The knobs that differ from ServeConfig() (for labels and records)."""
-        default = ServeConfig()
-        out = {k: getattr(self, k) for k in _KNOBS if getattr(self, k) != getattr(default, k)}
-        out.update({k: v for k, v in self.extra.items()})
-        return out
-
-    def label(self) -> str:
-        changed = self.changed()
-        if not changed:
-            return "defaults"
-        return " ".join(f"{k.replace('_', '-')}={_fmt(v) if v is not None else 'on'}" for k, v in changed.items())
-
-    @classmethod
-    def from_options(cls, serve_args: list[str] | None = None, **knobs: Any) -> "ServeConfig":
-        """Named knobs (None = unset) plus `k=v` strings; a `k` naming a knob fills that knob, so
-        `--serve-arg max-num-seqs=8` and `--max-num-seqs 8` mean the same."""
-        values = {k: v for k, v in knobs.items() if v is not None}
-        extra: dict[str, str | None] = {}
-        for item in serve_args or []:
-            key, value = parse_serve_arg(item)
-            field = key.replace("-", "_")
-            if field in _KNOBS:
-                if field in values:
-                    raise UsageError(f"--serve-arg {item} repeats --{key}; give it once")
-                values[field] = _parse_bool(value) if field in ("enable_chunked_prefill", "enforce_eager") else value
-            else:
-                extra[key] = value
-        try:
-            return cls(**values, extra=extra)
-        except Exception as exc:  # pydantic.ValidationError: first problem, one line
-            errors = getattr(exc, "errors", lambda: [])()
-            if errors:
-                first = errors[0]
-                where = ".".join(str(x) for x in first.get("loc", ()))
-                raise UsageError(f"bad serving option {where.replace('_', '-')}: {first.get('msg')}") from None
-            raise
-
-
-_KNOBS = [
-    "quantization",
-    "gpu_memory_utilization",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "block_size",
-    "enable_chunked_prefill",
-    "max_model_len",
-    "kv_cache_dtype",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "distributed_executor_backend",
-    "load_format",
-    "enforce_eager",
-]
-
-# Flags quantkit sets itself; passing them through --serve-arg would break the server's contract.
-_RESERVED = {"host", "port", "served-model-name", "model"}
-
-
-def parse_serve_arg(item: str) -> tuple[str, str | None]:
-    """`k=v` -> (k, v); `k` -> (k, None) for a bare flag. Leading dashes and underscores are
-    accepted (`--max_num_seqs=8`)."""
-    key, sep, value = item.partition("=")
-    key = key.strip().lstrip("-").replace("_", "-")
-    if not key or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
-        raise UsageError(f"bad --serve-arg '{item}': expected NAME=VALUE or NAME (a vllm serve flag without dashes)")
-    if key in _RESERVED:
-        raise UsageError(f"--serve-arg {key} is set by quantkit itself (use --port/--host of the command instead)")
-    return key, (value.strip() if sep else None)
-
-
-def _parse_bool(value: str | None) -> bool:
-    if value is None or value.lower() in ("1", "true", "yes", "on"):
-        return True
-    if value.lower() in ("0", "false", "no", "off"):
-        return False
-    raise UsageError(f"expected on/off (true/false) but got '{value}'")
-
-
-def _fmt(value: Any) -> str:
-    return str(value)
-
-
-# --------------------------------------------------------------------------------------------
-# What a running server tells us
-
+from .. import settings
+from ..console import info as log_info, sigterm_as_interrupt, warn
+from ..errors import BackendError, SetupError, UsageError
+from ..machine import has_gpu
+from .config import ServeConfig
+from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, parse_log
 
 class ServerInfo(BaseModel):
     url: str
@@ -195,104 +59,6 @@ class ServerInfo(BaseModel):
     log_path: str | None = None
     pid: int | None = None  # the server's process and process-group id (None for --url)
     remote: bool = False
-
-
-_LOG_PREFIX = re.compile(r"^(\(\w+ pid=\d+\)\s+)?(INFO|WARNING|ERROR|DEBUG)\s+\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]+\]\s*")
-_KV_TOKENS = re.compile(r"KV cache size: ([\d,]+) tokens")
-_MAX_CONC = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-# Lines naming the quantization method or the linear/attention kernel vLLM picked.
-_QUANT = re.compile(
-    r"(Kernel\b|kernel for|Using \w+(Linear|MM|GEMM|Marlin|Machete)\w*|quantization (method|config)|"
-    r"CompressedTensors\w+|compressed-tensors|Selected \w+ for|attention backend|Using .*backend)",
-    re.IGNORECASE,
-)
-QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|compile cache|JIT monitor)",
-                         re.IGNORECASE)
-_WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB")
-
-
-def parse_log(text: str) -> dict[str, Any]:
-    """KV-cache size, max concurrency and the kernel/scheme lines from a vLLM server log."""
-    out: dict[str, Any] = {"kv_cache_tokens": None, "max_concurrency": None, "quant_lines": [], "weights_gib": None}
-    if m := _WEIGHTS.search(text):
-        out["weights_gib"] = float(m.group(1))
-    if m := _KV_TOKENS.search(text):
-        out["kv_cache_tokens"] = int(m.group(1).replace(",", ""))
-    if m := _MAX_CONC.search(text):
-        out["max_concurrency"] = float(m.group(2))
-    seen: set[str] = set()
-    for line in text.splitlines():
-        prefix = _LOG_PREFIX.match(line)
-        if not prefix:  # only vLLM's own log records: tracebacks and warnings quote code
-            continue
-        body = line[prefix.end():].strip()
-        if not body or not _QUANT.search(body) or QUANT_NOISE.search(body):
-            continue
-        if body not in seen:
-            seen.add(body)
-            out["quant_lines"].append(body[:300])
-    return out
-
-
-_ERROR_LINE = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
-# Wrappers vLLM raises after the real cause was logged above them.
-_GENERIC = re.compile(
-    r"(Engine core initialization failed|See root cause above|Engine process failed to start|"
-    r"EngineCore failed to start|Worker failed|died unexpectedly|APIServer failed)",
-    re.IGNORECASE,
-)
-
-
-# vLLM logs these when its engine cannot start; the process usually exits soon after, but with
-# tensor parallelism a worker stuck in a collective can keep it alive until the startup timeout.
-_FATAL = re.compile(r"(EngineCore failed to start|Engine core initialization failed|Worker failed with error)")
-FATAL_EXIT_GRACE_S = 30.0
-
-
-def failure_hint(log_text: str, config: "ServeConfig") -> str:
-    """A known way out of a known failure, or ""."""
-    tp = config.tensor_parallel_size or 1
-    if tp > 1 and "allreduce_rms" in log_text and re.search(r"CUDA error|CUBLAS_STATUS", log_text):
-        # seen on 2-GPU H200s without NVLink multicast (vLLM 0.26): FlashInfer's fused
-        # all-reduce + RMSNorm ("mnnvl" backend) breaks the first forward pass
-        return ("; with tensor parallelism on GPUs without NVLink multicast, turn vLLM's all-reduce fusion off: "
-                "--serve-arg 'compilation-config={\"pass_config\":{\"fuse_allreduce_rms\":false}}'")
-    return ""
-
-
-def failure_reason(log_text: str) -> str:
-    """vLLM's reason for failing: the last specific `XxxError: message` line of its log, else the
-    last ERROR line, else the last non-empty line."""
-    lines = [_LOG_PREFIX.sub("", ln).strip() for ln in log_text.splitlines()]
-    lines = [ln for ln in lines if ln]
-    for index in range(len(lines) - 1, -1, -1):
-        m = _ERROR_LINE.search(lines[index])
-        if not m or _GENERIC.search(m.group(2)):
-            continue
-        message = m.group(2).strip()
-        if re.match(r"\d+ validation errors? for", message) and index + 1 < len(lines):
-            # pydantic puts the reason on the next line: "Value error, <reason> [type=...]"
-            detail = re.sub(r"^Value error, ", "", re.sub(r"\s*\[type=.*$", "", lines[index + 1]))
-            detail = re.sub(r"Supported architectures: dict_keys\(.*$", "(the log lists the supported ones)", detail)
-            message = f"{message}: {detail}"
-        elif message.endswith(":"):
-            # "Reasons:" and the like: the reasons follow on their own lines; keep them on this one
-            tail = []
-            for follow in lines[index + 1 : index + 6]:
-                if follow.startswith(("Traceback", "File ", "[")) or _ERROR_LINE.search(follow):
-                    break
-                tail.append(follow)
-            message = f"{message} {'; '.join(tail)}"
-        return _clip(f"{m.group(1).rsplit('.', 1)[-1]}: {message}")
-    for ln in reversed(log_text.splitlines()):
-        if " ERROR " in ln or ln.startswith("ERROR"):
-            return _clip(_LOG_PREFIX.sub("", ln).strip())
-    return _clip(lines[-1]) if lines else "no output"
-
-
-def _clip(text: str, limit: int = 500) -> str:
-    # one readable line: vLLM lists e.g. every supported architecture (several KB) in one message
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 # --------------------------------------------------------------------------------------------
@@ -338,9 +104,6 @@ def installed_vllm_version() -> str:
                           capture_output=True, text=True)
     return proc.stdout.strip() or "unknown"
 
-
-def has_gpu() -> bool:
-    return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 
 
 def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -511,7 +274,7 @@ class VLLMServer:
                     )
                 if fatal_at is None and now >= next_scan:
                     next_scan = now + 2.0
-                    if _FATAL.search(self._read_log()):
+                    if FATAL.search(self._read_log()):
                         fatal_at = now
                 elif fatal_at is not None and now - fatal_at > FATAL_EXIT_GRACE_S:
                     raise self._start_failed(f"(its engine failed and it did not exit within {FATAL_EXIT_GRACE_S:.0f} s)")
@@ -658,10 +421,6 @@ class RemoteServer:
         pass
 
 
-def attach(url: str, model_name: str | None = None) -> RemoteServer:
-    return RemoteServer(url, model_name)
-
-
 def serve_forever(server: VLLMServer, on_ready: Callable[[VLLMServer], None] | None = None) -> ServerInfo:
     """`quantkit serve`: start, report, and wait until Ctrl-C/SIGTERM (clean stop) or the server
     exits on its own (an error with vLLM's reason)."""
@@ -671,3 +430,17 @@ def serve_forever(server: VLLMServer, on_ready: Callable[[VLLMServer], None] | N
         while server.alive():
             time.sleep(0.5)
         raise BackendError(f"the vLLM server stopped ({server.exit_reason()}); log: {server.log_path}")
+
+
+Server = VLLMServer | RemoteServer
+
+
+def open_server(model_dir: Path, url: str | None = None, config: ServeConfig | None = None, *,
+                port: int | None = None, startup_timeout: float = 600.0) -> Server:
+    """The one way a command gets its server: the running one at `url`, or vLLM started on
+    `model_dir` with `config` (enter it with `with`). Serving options do not apply to `url`."""
+    if url:
+        if (config is not None and config != ServeConfig()) or port is not None:
+            warn("serving options (--port, knobs, --serve-arg) do not apply to a server given by --url; ignored")
+        return RemoteServer(url)
+    return VLLMServer(model_dir, config or ServeConfig(), port=port, startup_timeout=startup_timeout)

@@ -1,0 +1,166 @@
+"""What a checkpoint folder says about itself: its `quantkit.json`, its quantization, its weights.
+
+`quantkit.json` (a `ConvertRecord`, schema version 1) is written by `quantkit convert` beside the
+weights; later stages read it to know a checkpoint's method, scheme, source and calibration
+without re-deriving anything. `describe(folder)` is the one reading of "what is this checkpoint"
+that bench and eval records carry (`checkpoint`), for folders quantkit made and for others.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from . import settings
+from .errors import UsageError
+from .files import atomic_write_text
+
+RECORD_FILE = "quantkit.json"
+SCHEMA_VERSION = 1
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+class SourceModel(BaseModel):
+    ref: str  # what the user typed: an alias, a Hub id, a path
+    kind: str  # builtin | local | gguf | hub
+    path: str  # the local checkpoint it resolved to
+    fingerprint: str
+
+
+class ConvertRecord(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "quantkit.convert"
+    method: str
+    backend: str
+    scheme: str
+    group_size: int | None = None
+    recipe_name: str
+    recipe_hash: str
+    recipe: dict[str, Any]
+    source: SourceModel
+    calibration: dict[str, Any] | None = None
+    quantization_config: dict[str, Any] | None = None  # what vLLM will read from config.json
+    versions: dict[str, str] = Field(default_factory=dict)
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    wall_time_s: float  # the whole convert: load, calibrate, quantize, save
+    quantize_time_s: float | None = None  # the quantizer call alone
+    peak_rss_mb: float | None = None
+    size_bytes: int
+    output_dir: str
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    notes: list[str] = Field(default_factory=list)
+    # `--verify`: did vLLM (which build) load the checkpoint and generate? None = not checked.
+    vllm_check: dict[str, Any] | None = None
+
+    def write(self, folder: Path) -> Path:
+        path = Path(folder) / RECORD_FILE
+        atomic_write_text(path, json.dumps(self.model_dump(mode="json"), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def read(cls, folder: Path) -> "ConvertRecord | None":
+        path = Path(folder) / RECORD_FILE
+        if not path.is_file():
+            return None
+        return cls.model_validate_json(path.read_text())
+
+
+def describe(folder: Path) -> dict[str, Any]:
+    """The checkpoint as bench and eval records name it.
+
+    A folder quantkit converted: its method, scheme, group size, backend, recipe hash, source
+    reference and quantization config summary. Any other folder: method "none" (unquantized) or
+    "unknown" with the config's own `quant_method` (quantized elsewhere). A damaged quantkit.json
+    is read as "unknown": it must not stop an hour of benchmarking or evaluation.
+    """
+    folder = Path(folder)
+    try:
+        record = ConvertRecord.read(folder)
+    except (ValueError, OSError):
+        record = None
+        if (folder / RECORD_FILE).is_file():
+            return {"method": "unknown", "quant_method": _config_quant_method(folder), "note": f"{RECORD_FILE} is unreadable"}
+    if record is None:
+        qm = _config_quant_method(folder)
+        return {"method": "unknown" if qm else "none", "quant_method": qm}
+    return {"method": record.method, "scheme": record.scheme, "group_size": record.group_size,
+            "backend": record.backend, "recipe_hash": record.recipe_hash, "source": record.source.ref,
+            "quantization_config": record.quantization_config}
+
+
+def method_of(checkpoint: dict[str, Any] | None) -> str | None:
+    """The quantization a stored `checkpoint` description names: quantkit's method; for one
+    quantkit did not write, its own quant_method (else "unknown"); None when unquantized.
+    ("baseline" is what eval records written before 0.1.1 said for an unquantized folder.)"""
+    checkpoint = checkpoint or {}
+    method = checkpoint.get("method")
+    if method in (None, "none", "baseline"):
+        return None
+    if method == "unknown":
+        return checkpoint.get("quant_method") or "unknown"
+    return method
+
+
+def _config_quant_method(folder: Path) -> str | None:
+    try:
+        qc = json.loads((folder / "config.json").read_text()).get("quantization_config")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (qc or {}).get("quant_method") if isinstance(qc, dict) else None
+
+
+def check_causal_lm(path: Path) -> dict:
+    """The checkpoint's config, or a one-line reason it is not a loadable causal LM."""
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise UsageError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
+    try:
+        config = json.loads(config_file.read_text())
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    architectures = config.get("architectures") or []
+    if not any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
+        raise UsageError(
+            f"{path} is not a causal language model (architectures: {architectures or 'none'}); "
+            "quantkit converts decoder LLMs (*ForCausalLM)"
+        )
+    if not any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir()):
+        raise UsageError(f"{path} has a config but no weight files (*.safetensors / *.bin)")
+    return config
+
+
+def weight_bytes(folder: Path) -> int | None:
+    """Bytes of a checkpoint's weight files: what one batch-1 decode step reads (None if none)."""
+    return sum(p.stat().st_size for p in Path(folder).glob("*.safetensors")) or None
+
+
+def dir_size(folder: Path) -> int:
+    return sum(p.stat().st_size for p in Path(folder).rglob("*") if p.is_file())
+
+
+def fingerprint(path: Path) -> str:
+    """sha256 over config and weight files (names, sizes, contents), cached by size and mtime."""
+    files = sorted(
+        p for p in path.iterdir()
+        if p.is_file() and (p.suffix in WEIGHT_SUFFIXES or p.name == "config.json")
+    )
+    stat_key = json.dumps([(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files])
+    cache_dir = settings.home() / "fingerprints"
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    cache_file = cache_dir / (hashlib.sha256((str(path.resolve()) + stat_key).encode()).hexdigest() + ".txt")
+    if cache_file.exists():
+        return cache_file.read_text().strip()
+    digest = hashlib.sha256()
+    for p in files:
+        digest.update(f"{p.name}\0{p.stat().st_size}\0".encode())
+        with p.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    value = "sha256:" + digest.hexdigest()
+    cache_file.write_text(value)
+    return value

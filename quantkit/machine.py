@@ -1,0 +1,63 @@
+"""What this machine is: CPU, GPUs and package versions, recorded with every measurement.
+
+`fingerprint()` is the part of it that goes into run keys: a result measured on other hardware
+is another result.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+
+def has_gpu() -> bool:
+    """An NVIDIA GPU is present (vLLM's CUDA build, GPU-only knobs, NVML sampling)."""
+    return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
+
+
+def hardware() -> dict[str, Any]:
+    info: dict[str, Any] = {"machine": platform.machine(), "cpu": cpu_name()}
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            info["gpu"] = torch.cuda.get_device_name(0)
+            info["gpu_count"] = torch.cuda.device_count()
+    except ImportError:
+        pass
+    info["cpu_count"] = os.cpu_count()
+    return info
+
+
+def fingerprint() -> dict[str, Any]:
+    """The hardware facts that change a measurement: part of every stage's run key."""
+    hw = hardware()
+    return {"machine": hw.get("machine"), "cpu": hw.get("cpu"), "cpu_count": hw.get("cpu_count"),
+            "gpu": hw.get("gpu"), "gpu_count": hw.get("gpu_count"), "system": platform.system()}
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    """quantkit's and Python's versions plus those of the named distributions that are installed."""
+    versions = {"quantkit": __version__, "python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return versions

@@ -1,0 +1,236 @@
+"""`quantkit bench`: run load points against a server, find the knee, keep every point.
+
+`run_bench(server, model_dir, ...)` measures a server it is given (a `VLLMServer` that quantkit
+started, or a `RemoteServer` for `--url`): `quantkit run` hands it the server it holds, and the
+record then says what that server is (KV cache, kernels, start time) without asking twice.
+`bench(model_dir, ...)` is the standalone command: it checks the workload, opens the store, starts
+(or attaches to) the server, records the run in the store and exports it as JSON.
+
+Export file: `DIR/quantkit-bench/bench-<UTC timestamp>.json` (or, when DIR is not writable,
+`$QUANTKIT_HOME/bench/<dir name>/...`), rewritten atomically after every point, so an interrupted
+or failed run keeps every point that finished. The store holds the same record (and the points as
+they finish); readers (compare, card, push) read the store. Schema version 1:
+
+    schema_version  1
+    kind            "quantkit.bench"
+    created_at      ISO-8601 UTC
+    model_dir       absolute path of the checkpoint
+    model_name      name served (`--served-model-name`, the folder name)
+    checkpoint      checkpoint.describe(DIR), plus weights_bytes
+    server          serve.ServerInfo: url, vllm_version, args (full argv), serve_config,
+                    startup_s, kv_cache_tokens, max_concurrency, quant_lines, log_path, remote
+    workload        {"input_len", "output_len", "dataset", "api", "seed", "warmup", "num_prompts"}
+    slo             "ttft_p95=0.5,itl_p95=0.05" or null
+    hardware        machine.hardware()
+    points          [measure.point.BenchPoint, ...] in the order measured; each has schema_version,
+                    profile ("concurrency"|"rate"), concurrency, rate, num_requests, duration_s,
+                    successes, failures, failure_reasons, prompt_tokens, completion_tokens,
+                    output_tok_s, total_tok_s, req_s, ttft/itl/tpot/e2e (seconds: n, mean, p50,
+                    p90, p95, p99, min, max), max_in_flight, slo, slo_met, slo_violations,
+                    goodput_req_s, tokens_from_usage, partial, partial_reason
+    knee            KneeResult (only for --sweep) or null
+    complete        false until every planned point finished
+    error           why the run stopped early, or null
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+from pydantic import BaseModel, Field
+
+from .. import checkpoint, settings
+from ..console import info
+from ..errors import BackendError, UsageError
+from ..files import atomic_write_json
+from ..machine import hardware
+from ..serve.config import ServeConfig
+from ..serve.server import Server, ServerInfo, open_server
+from .loadgen import Target, run_point, warmup
+from .point import BenchPoint
+from .search import KneeResult, find_knee
+from .slo import Slo
+from .workload import PromptSource
+
+SCHEMA_VERSION = 1
+
+
+class BenchRun(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "quantkit.bench"
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    model_dir: str
+    model_name: str | None = None
+    checkpoint: dict[str, Any] = Field(default_factory=dict)
+    server: ServerInfo | None = None
+    workload: dict[str, Any] = Field(default_factory=dict)
+    slo: str | None = None
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    points: list[BenchPoint] = Field(default_factory=list)
+    knee: KneeResult | None = None
+    complete: bool = False
+    error: str | None = None
+    path: str | None = None  # where this record is exported (not part of the file's contract)
+
+    def write(self) -> None:
+        if self.path:
+            atomic_write_json(Path(self.path), self.model_dump(mode="json", exclude={"path"}))
+
+
+def results_dir(model_dir: Path) -> Path:
+    """Where a checkpoint's bench/tune exports go: beside it, or under the home if it is read-only."""
+    folder = model_dir / "quantkit-bench"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if os.access(folder, os.W_OK):
+            return folder
+    except OSError:
+        pass
+    return settings.home() / "bench" / model_dir.name
+
+
+def stamp() -> str:
+    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+def checkpoint_info(model_dir: Path) -> dict[str, Any]:
+    info_ = checkpoint.describe(model_dir)
+    # the weights a decode step reads: the report's batch-1 bound, even where the folder is gone later
+    info_["weights_bytes"] = checkpoint.weight_bytes(model_dir)
+    return info_
+
+
+def default_num_prompts(concurrency: int | None, rate: float | None) -> int:
+    """Enough requests for about four full waves at a concurrency, or ~15 s of arrivals at a rate."""
+    if rate is not None:
+        return max(8, math.ceil(15 * rate))
+    return max(8, 4 * (concurrency or 1))
+
+
+def check_loads(concurrency: list[int] | None, rate: list[float] | None, sweep: bool,
+                output_len: int) -> list[int] | None:
+    """The load points asked for, checked before anything starts (default concurrency 1,4,16)."""
+    if sum(bool(x) for x in (concurrency, rate, sweep)) > 1:
+        raise UsageError("give one of --concurrency, --rate, --sweep")
+    if output_len < 1:
+        raise UsageError("--output-len must be at least 1")
+    if any(c < 1 for c in concurrency or []):
+        raise UsageError("--concurrency values must be at least 1")
+    if any(r <= 0 for r in rate or []):
+        raise UsageError("--rate values must be positive")
+    if not concurrency and not rate and not sweep:
+        return [1, 4, 16]
+    return concurrency
+
+
+def run_bench(
+    server: Server,
+    model_dir: Path,
+    *,
+    prompts: PromptSource | None = None,
+    concurrency: list[int] | None = None,
+    rate: list[float] | None = None,
+    sweep: bool = False,
+    sweep_max: int = 128,
+    input_len: int = 128,
+    output_len: int = 64,
+    num_prompts: int | None = None,
+    slo: Slo | None = None,
+    seed: int = 0,
+    warmup_requests: int = 2,
+    dataset: Path | None = None,
+    api: str = "completions",
+    out_dir: Path | None = None,
+    on_point: Callable[[BenchPoint], None] | None = None,
+) -> BenchRun:
+    """Measure `server` (already started) at each load; the export is rewritten after every point."""
+    model_dir = Path(model_dir).expanduser().absolute()
+    concurrency = check_loads(concurrency, rate, sweep, output_len)
+    prompts = prompts or PromptSource(model_dir, input_len, seed=seed, dataset=dataset, api=api)
+    run = BenchRun(
+        model_dir=str(model_dir), checkpoint=checkpoint_info(model_dir), slo=str(slo) if slo else None,
+        hardware=hardware(),
+        workload={"input_len": None if dataset else input_len, "output_len": output_len,
+                  "dataset": str(dataset) if dataset else None, "api": api, "seed": seed,
+                  "warmup": warmup_requests, "num_prompts": num_prompts},
+        path=str((Path(out_dir) if out_dir else results_dir(model_dir)) / f"bench-{stamp()}.json"),
+        server=server.info, model_name=server.model_name,
+    )
+    run.write()
+    target = Target(api_url=server.api_url, model=server.model_name, api=api)
+    if warmup_requests > 0:
+        failed = [r for r in warmup(target, prompts.prompts(warmup_requests, -1), min(output_len, 16)) if not r.ok]
+        if failed:
+            run.error = f"warm-up request failed: {failed[0].error}"
+            run.write()
+            raise BackendError(f"{run.error} (server {server.url})")
+    index = itertools.count()
+
+    def measure(c: int | None = None, r: float | None = None) -> BenchPoint:
+        n = num_prompts or default_num_prompts(c, r)
+        point_no = next(index)
+        label = f"concurrency {c}" if c is not None else f"rate {r:g}/s"
+        info(f"point {label}: {n} requests of {input_len if not dataset else 'dataset'} in / {output_len} out")
+        point = run_point(
+            target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r, seed=seed + point_no,
+            slo=slo, alive=server.alive, input_len=None if dataset else input_len,
+        )
+        run.points.append(point)
+        run.write()
+        if on_point:
+            on_point(point)
+        if point.partial or (point.failures and not server.alive()):
+            run.error = f"the server died during the point at {label}: {server.exit_reason()}"
+            run.write()
+            raise BackendError(f"{run.error}; {len(run.points)} points kept (the last one partial) in {run.path}")
+        return point
+
+    if sweep:
+        def knee_measure(c):
+            p = measure(c=int(c))
+            return p.output_tok_s, (p.slo_met is not False) and p.failures == 0
+
+        run.knee = find_knee(knee_measure, lo=1, hi=sweep_max)
+    elif rate:
+        for r in rate:
+            measure(r=r)
+    else:
+        for c in concurrency:
+            measure(c=c)
+    run.complete = True
+    run.write()
+    info(f"results: {run.path}")
+    return run
+
+
+def bench(model_dir: Path, *, url: str | None = None, config: ServeConfig | None = None, port: int | None = None,
+          startup_timeout: float = 600.0, input_len: int = 128, seed: int = 0, dataset: Path | None = None,
+          api: str = "completions", on_point: Callable[[BenchPoint], None] | None = None,
+          **options: Any) -> BenchRun:
+    """The standalone command: check everything, then serve, measure, and record in the store."""
+    from ..store import Store, standalone
+
+    model_dir = Path(model_dir).expanduser().absolute()
+    if not model_dir.is_dir():
+        raise UsageError(f"model folder {model_dir} does not exist")
+    check_loads(options.get("concurrency"), options.get("rate"), options.get("sweep", False),
+                options.get("output_len", 64))
+    # Build prompts before starting the server: a bad dataset or tokenizer fails in a second.
+    prompts = PromptSource(model_dir, input_len, seed=seed, dataset=dataset, api=api)
+    with Store() as store, open_server(model_dir, url, config, port=port, startup_timeout=startup_timeout) as server:
+        with standalone(store, "bench", model_dir, {"serve": (config or ServeConfig()).model_dump(mode="json"),
+                                                    "url": url}) as rec:
+            def point_done(point: BenchPoint) -> None:
+                rec.add_point(point.model_dump(mode="json"))
+                if on_point:
+                    on_point(point)
+
+            run = run_bench(server, model_dir, prompts=prompts, input_len=input_len, seed=seed, dataset=dataset,
+                            api=api, on_point=point_done, **options)
+            rec.finish(run.model_dump(mode="json", exclude={"path"}), run.path)
+    return run

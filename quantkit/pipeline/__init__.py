@@ -1,0 +1,50 @@
+"""`quantkit run RECIPE.yaml`: the matrix (baseline + each method), resumable from the store.
+
+Each variant is one lane: convert it (a method; the baseline needs none), then one vLLM server for
+its measurements (bench, then eval) against that same server. Every stage is a store record keyed
+by what defines its result (`stages.py`), so a killed run started again skips the keys already done
+and redoes only the rest; `--force` redoes everything. A variant whose stage fails is recorded as
+failed and the others go on. An executor runs the lanes (`executors.py`: local, one after another);
+the report is written from the store alone once every lane has ended.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from .. import __version__, machine, models
+from ..recipe import load_run
+from ..store import Store
+from .executors import Executor, LocalExecutor
+from .stages import Lane, RunContext, RunSummary, StageOutcome
+
+__all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
+
+
+def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None = None,
+        store: Store | None = None, executor: Executor | None = None) -> RunSummary:
+    started = time.monotonic()
+    plan = load_run(recipe_path)
+    model = models.resolve(plan.model)
+    from ..serve.server import installed_vllm_version
+
+    ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version(),
+                     common={"hardware": machine.fingerprint(), "quantkit": __version__})
+    lanes = ([Lane("baseline", None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
+    own_store = store is None
+    store = store or Store()
+    summary = RunSummary(recipe=str(recipe_path), model=model.name)
+    try:
+        (executor or LocalExecutor()).run(ctx, lanes, store, summary)
+        from ..report.gather import compare
+
+        result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
+                         bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}")
+        summary.report = {k: str(v) for k, v in result["paths"].items()}
+        summary.gates_passed = result["gates_passed"]
+    finally:
+        if own_store:
+            store.close()
+    summary.wall_time_s = round(time.monotonic() - started, 1)
+    return summary

@@ -1,0 +1,180 @@
+"""The stages of one lane (a variant's chain: convert, then bench and eval on one server) and their
+run keys.
+
+A run key is a hash of everything that defines a stage's result: the model's fingerprint and the
+recipe entry for a conversion; the checkpoint's fingerprint, the stage's settings, the serving
+knobs, the vLLM version and the hardware for a measurement. A key already `done` in the store is
+skipped (resume); `--force` redoes it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from .. import checkpoint, settings
+from ..console import info, warn
+from ..errors import QuantkitError
+from ..models import ResolvedModel
+from ..recipe import MethodEntry, RunRecipe
+from ..store import Store, run_key
+
+
+class StageOutcome(BaseModel):
+    variant: str
+    kind: str
+    status: str  # done | skipped | failed
+    run_key: str
+    seconds: float = 0.0
+    error: str | None = None
+
+
+class RunSummary(BaseModel):
+    recipe: str
+    model: str
+    outcomes: list[StageOutcome] = Field(default_factory=list)
+    report: dict[str, str] | None = None
+    gates_passed: bool | None = None
+    wall_time_s: float = 0.0
+
+
+@dataclass
+class RunContext:
+    """What every lane of one run shares."""
+
+    plan: RunRecipe
+    model: ResolvedModel
+    force: bool
+    vllm: str  # the vLLM version of the serving environment (part of measurement keys)
+    common: dict[str, Any] = field(default_factory=dict)  # hardware and quantkit version (every key)
+
+
+@dataclass(frozen=True)
+class Lane:
+    """One variant: the baseline (entry None) or a method entry of the recipe."""
+
+    label: str
+    entry: MethodEntry | None
+
+
+def checkpoint_dir(ctx: RunContext, entry: MethodEntry) -> Path:
+    return settings.models_dir() / f"{ctx.model.name}-{entry.label()}-{entry.quant_recipe().hash()[:8]}"
+
+
+def convert_key(ctx: RunContext, entry: MethodEntry) -> str:
+    return run_key("convert", source=ctx.model.fingerprint(), recipe=entry.quant_recipe().canonical(), **ctx.common)
+
+
+def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
+    """(kind, key) of the measurement stages the recipe asks for, in the order they run."""
+    plan, serve = ctx.plan, ctx.plan.serve.model_dump()
+    stages = []
+    if plan.bench is not None:
+        stages.append(("bench", run_key("bench", checkpoint=fingerprint, bench=plan.bench.model_dump(),
+                                         serve=serve, vllm=ctx.vllm, **ctx.common)))
+    if plan.eval is not None:
+        stages.append(("eval", run_key("eval", checkpoint=fingerprint, eval=plan.eval.model_dump(),
+                                       serve=serve, vllm=ctx.vllm, **ctx.common)))
+    return stages
+
+
+def run_lane(ctx: RunContext, lane: Lane, store: Store, summary: RunSummary) -> None:
+    """Convert (methods only), then measure on one server; failures are recorded, not raised."""
+    folder = ctx.model.path if lane.entry is None else convert_stage(ctx, lane.entry, store, summary)
+    if folder is not None:
+        measure_stages(ctx, lane.label, folder, store, summary)
+
+
+def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: RunSummary) -> Path | None:
+    from ..quantize import convert
+
+    quant = entry.quant_recipe()
+    key = convert_key(ctx, entry)
+    out = checkpoint_dir(ctx, entry)
+    if store.done(key) and not ctx.force and checkpoint.ConvertRecord.read(out) is not None:
+        info(f"[{entry.label()}] convert: done earlier ({key[:10]}), skipped")
+        summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="skipped", run_key=key))
+        return out
+    t0 = time.monotonic()
+    try:
+        with store.stage(key, "convert", ctx.model.name, entry.label(), {"recipe": quant.canonical(), **ctx.common},
+                         recipe_hash=quant.hash()) as rec:
+            # the output folder is the pipeline's own: a leftover from a killed run is replaced
+            record = convert(ctx.model, entry.method, out, recipe=entry.recipe, force=True,
+                             overrides={"num_samples": entry.num_samples, "seq_len": entry.seq_len,
+                                        "calib": entry.calib, "group_size": entry.group_size,
+                                        "backend": entry.backend})
+            rec.finish(record.model_dump(mode="json"), str(out / checkpoint.RECORD_FILE))
+    except QuantkitError as exc:
+        warn(f"[{entry.label()}] convert failed: {exc.one_line()}; the other methods go on")
+        summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="failed", run_key=key,
+                                             error=exc.one_line(), seconds=round(time.monotonic() - t0, 1)))
+        return None
+    summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="done", run_key=key,
+                                         seconds=round(time.monotonic() - t0, 1)))
+    return out
+
+
+def measure_stages(ctx: RunContext, label: str, folder: Path, store: Store, summary: RunSummary) -> None:
+    from ..serve.server import VLLMServer
+
+    todo = []
+    for kind, key in measure_keys(ctx, checkpoint.fingerprint(folder)):
+        if store.done(key) and not ctx.force:
+            info(f"[{label}] {kind}: done earlier ({key[:10]}), skipped")
+            summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="skipped", run_key=key))
+        else:
+            todo.append((kind, key))
+    if not todo:
+        return
+    try:
+        with VLLMServer(folder, ctx.plan.serve) as server:
+            for kind, key in todo:
+                _measure(ctx, kind, key, label, folder, server, store, summary)
+    except QuantkitError as exc:  # the server did not start: every pending stage of it failed
+        for kind, key in todo:
+            if not any(o.run_key == key for o in summary.outcomes):
+                store.fail(store.begin(key, kind, ctx.model.name, label, {"checkpoint": str(folder)}), exc.one_line())
+                summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="failed", run_key=key,
+                                                     error=exc.one_line()))
+        warn(f"[{label}] {exc.one_line()}; the other checkpoints go on")
+
+
+def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: Store,
+             summary: RunSummary) -> None:
+    plan = ctx.plan
+    # the fingerprint ties a measurement to the exact weights; the gates travel with the eval so
+    # that `quantkit push` can apply the recipe's own gates later
+    params = {"checkpoint": str(folder), "fingerprint": checkpoint.fingerprint(folder),
+              "serve": plan.serve.model_dump(), kind: (plan.bench if kind == "bench" else plan.eval).model_dump()}
+    if kind == "eval":
+        params["gates"] = plan.gates.model_dump()
+    t0 = time.monotonic()
+    try:
+        with store.stage(key, kind, ctx.model.name, label, params) as rec:
+            if kind == "bench":
+                from ..measure.bench import run_bench
+
+                b = plan.bench
+                result = run_bench(server, folder, concurrency=b.concurrency, input_len=b.input_len,
+                                   output_len=b.output_len, num_prompts=b.num_prompts, seed=b.seed,
+                                   warmup_requests=b.warmup,
+                                   on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
+                rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+            else:
+                from ..evals.run import prepare, run_eval
+
+                e = plan.eval
+                result = run_eval(server, prepare(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot,
+                                                  num_concurrent=e.num_concurrent))
+                rec.finish(result.model_dump(mode="json"), result.results_file)
+        status, error = "done", None
+    except QuantkitError as exc:
+        status, error = "failed", exc.one_line()
+        warn(f"[{label}] {kind} failed: {error}")
+    summary.outcomes.append(StageOutcome(variant=label, kind=kind, status=status, run_key=key, error=error,
+                                         seconds=round(time.monotonic() - t0, 1)))

@@ -1,0 +1,318 @@
+"""The model card's body and metadata, from one checkpoint's stored evidence only.
+
+Built with huggingface_hub's ModelCard / ModelCardData / EvalResult (the YAML header is the
+client's, never written by hand). Every number comes from the store records in the Evidence; the
+card has no timestamps of its own, so the same store gives a byte-identical card and a re-push
+of an unchanged checkpoint is a no-op. A measurement that is not stored is written "missing".
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from .. import __version__
+from ..models import BUILTIN_BASE
+from ..serve.config import KNOBS, ServeConfig, args_of
+from ..store import Record, Store
+from .gather import Evidence
+from .render import fmt_pm
+
+MISSING = "missing"
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+
+def _ms(stats: dict[str, Any] | None, key: str) -> str:
+    if not stats or stats.get(key) is None:
+        return MISSING
+    return f"{stats[key] * 1000:.1f}"
+
+
+def _metric_name(key: str) -> str:
+    """lm-eval's "name,filter" as a readable name: "acc_norm", "exact_match (strict-match)"."""
+    name, _, filt = key.partition(",")
+    return name if filt in ("", "none") else f"{name} ({filt})"
+
+
+def _size(n: int | None) -> str:
+    return MISSING if n is None else f"{n / 1e6:.1f} MB ({n} bytes)"
+
+
+def _bits(convert: dict[str, Any] | None) -> int | None:
+    if not convert:
+        return None
+    qc = convert.get("quantization_config") or {}
+    for group in (qc.get("config_groups") or {}).values():
+        bits = ((group or {}).get("weights") or {}).get("num_bits")
+        if bits:
+            return int(bits)
+    if qc.get("bits"):
+        return int(qc["bits"])
+    m = re.match(r"w(\d+)", str(convert.get("scheme", "")).lower())
+    if m:
+        return int(m.group(1))
+    return 8 if "fp8" in str(convert.get("scheme", "")).lower() else None
+
+
+def base_model_of(convert: dict[str, Any] | None, override: str | None = None) -> str | None:
+    """The Hub id of the model this checkpoint was made from, when it is known to be one."""
+    if override:
+        return override
+    source = (convert or {}).get("source") or {}
+    ref, kind = source.get("ref"), source.get("kind")
+    if kind == "hub" and ref:
+        return ref
+    if kind == "builtin" and ref in BUILTIN_BASE:
+        return BUILTIN_BASE[ref]
+    return None
+
+
+def _task_rows(ev: Evidence) -> list[dict[str, Any]]:
+    """One row per evaluated task: baseline, quantized, recovery (each value or None)."""
+    rows = []
+    recovery = {t["task"]: t for t in (ev.recovery or {}).get("tasks", [])}
+    baseline = {t["task"]: t for t in ((ev.baseline_eval.result or {}).get("tasks", []) if ev.baseline_eval else [])}
+    for t in (ev.eval or {}).get("tasks", []):
+        metric = t["primary_metric"]
+        q = t["metrics"].get(metric) or {}
+        b = (baseline.get(t["task"]) or {}).get("metrics", {}).get(metric) if ev.variant != "baseline" else None
+        r = recovery.get(t["task"]) or {}
+        rows.append({
+            "task": t["task"], "metric": metric, "n_shot": t.get("n_shot"), "n_samples": t.get("n_samples"),
+            "n_available": t.get("n_available"), "higher_is_better": t.get("higher_is_better", True),
+            "quantized": q.get("value"), "quantized_stderr": q.get("stderr"),
+            "baseline": (b or {}).get("value"), "baseline_stderr": (b or {}).get("stderr"),
+            "recovery": r.get("recovery"), "recovery_stderr": r.get("recovery_stderr"),
+        })
+    return rows
+
+
+def _bench_points(store: Store, record: Record | None) -> list[dict[str, Any]]:
+    if record is None:
+        return []
+    result = record.result or {}
+    points = result.get("points")
+    if not points and record.status != "done":
+        points = store.points(record.id)  # a bench that stopped early keeps the points it stored
+    return list(points or [])
+
+
+def _serve_command(repo: str, ev: Evidence) -> tuple[list[str], str]:
+    """`vllm serve REPO ...` with the tuned knobs when `quantkit tune` ran, else the benchmarked ones."""
+    tune = ev.tune.result if ev.tune is not None else None
+    if tune is not None and (tune.get("best") or {}).get("config") is not None:
+        best = tune["best"]
+        values = {k: v for k, v in best["config"].items() if k in KNOBS}
+        extra = {k: v for k, v in best["config"].items() if k not in KNOBS}
+        try:
+            config = ServeConfig(**values, extra=extra)
+            why = (f"tuned by `quantkit tune` ({best.get('label')}: {tune.get('best_reason') or 'best'}"
+                   + (f", SLO {tune['slo']}" if tune.get("slo") else "") + ")")
+            return config.to_args(), why
+        except ValueError:
+            pass
+    bench = ev.bench.result if ev.bench is not None and ev.bench.result else None
+    serve_config = ((bench or {}).get("server") or {}).get("serve_config")
+    if serve_config:
+        try:
+            return ServeConfig.model_validate(serve_config).to_args(), "the configuration that was benchmarked"
+        except ValueError:
+            pass
+    return [], "vLLM's defaults (no benchmark or tune result is stored)"
+
+
+def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str | None = None,
+               forced: bool = False):
+    """The ModelCard for the checkpoint of `ev` (nothing is measured or invented here)."""
+    from huggingface_hub import EvalResult, ModelCard, ModelCardData
+
+    convert = ev.convert or {}
+    name = repo or ev.checkpoint.name
+    base = base_model_of(ev.convert, base_model)
+    method = convert.get("method") or ("none" if ev.variant == "baseline" else MISSING)
+    scheme = convert.get("scheme")
+    bits = _bits(ev.convert)
+    quant_method = (convert.get("quantization_config") or {}).get("quant_method")
+    tags = [t for t in (method if method not in (MISSING, "none") else None,
+                        str(scheme).lower() if scheme else None,
+                        f"{bits}-bit" if bits else None,
+                        "compressed-tensors" if quant_method in (None, "compressed-tensors") and ev.convert else quant_method,
+                        "vllm", "quantkit") if t]
+    rows = _task_rows(ev)
+    eval_results = []
+    for row in rows:
+        if row["quantized"] is None:
+            continue
+        metric = _metric_name(row["metric"])
+        eval_results.append(EvalResult(
+            task_type="text-generation", dataset_type=row["task"], dataset_name=row["task"],
+            metric_type=metric, metric_value=row["quantized"], metric_name=metric,
+            dataset_args={"num_few_shot": row["n_shot"]} if row["n_shot"] is not None else None,
+        ))
+    data = ModelCardData(
+        base_model=base, library_name="transformers", pipeline_tag="text-generation", tags=tags,
+        model_name=name, eval_results=eval_results or None,
+        **({"base_model_relation": "quantized"} if base and ev.convert else {}),
+    )
+    body = _body(store, ev, name, base, rows, forced)
+    template = "---\n{{ card_data }}\n---\n\n{{ body }}\n"
+    return ModelCard.from_template(data, template_str=template, body=body)
+
+
+def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[dict[str, Any]], forced: bool) -> str:
+    import yaml
+
+    convert = ev.convert or {}
+    out: list[str] = [f"# {name.split('/')[-1]}", ""]
+    method, scheme = convert.get("method"), convert.get("scheme")
+    base_link = f"[{base}](https://huggingface.co/{base})" if base else (
+        f"`{(convert.get('source') or {}).get('ref') or MISSING}` (not a Hub model; base model unknown)")
+    if ev.convert:
+        out.append(f"{method} ({scheme}) quantization of {base_link}, made with quantkit {__version__} "
+                   f"({convert.get('backend') or MISSING} backend) and measured in vLLM.")
+    else:
+        out.append(f"Checkpoint `{ev.checkpoint.name}` ({'the unquantized baseline' if ev.variant == 'baseline' else 'no quantkit.json'}), "
+                   f"measured in vLLM with quantkit {__version__}.")
+    out.append("")
+    if ev.validated:
+        out.append(f"**Validated:** {ev.reason}" + (f" (recovery against the stored baseline eval, gates {ev.gates_source})."
+                                                     if ev.recovery else "."))
+    else:
+        out.append(f"> **Not validated.** This checkpoint was pushed with `--force`: {ev.reason}. "
+                   "The numbers below are only what was measured; no quality gate vouches for it."
+                   if forced else f"> **Not validated:** {ev.reason}.")
+    out.append("")
+
+    # what was done
+    out += ["## What was done", ""]
+    if ev.convert:
+        calib = convert.get("calibration") or {}
+        recipe = convert.get("recipe") or {}
+        if calib:  # what the conversion used (the recipe's numbers may have been overridden)
+            calib_text = (f"{calib.get('dataset', MISSING)}: {calib.get('num_samples', MISSING)} samples x "
+                          f"{calib.get('seq_len', MISSING)} tokens ({calib.get('tokens', MISSING)} tokens), "
+                          f"seed {calib.get('seed', MISSING)}")
+        elif recipe.get("calibration"):
+            calib_text = f"{MISSING} (the recipe names calibration data, the conversion record does not)"
+        else:
+            calib_text = "none (this method needs no calibration data)"
+        hw = convert.get("hardware") or {}
+        out += ["| | |", "|---|---|",
+                f"| method | {method} ({convert.get('backend') or MISSING}) |",
+                f"| scheme | {scheme or MISSING} |",
+                f"| group size | {convert.get('group_size') if convert.get('group_size') is not None else 'none (per channel)'} |",
+                f"| ignored layers | {', '.join(recipe.get('ignore') or []) or 'none'} |",
+                f"| calibration | {calib_text} |",
+                f"| source | `{(convert.get('source') or {}).get('ref') or MISSING}` ({(convert.get('source') or {}).get('fingerprint') or 'fingerprint missing'}) |",
+                f"| quantized on | {hw.get('gpu') or hw.get('cpu') or MISSING} ({hw.get('cpu_count') or '?'} CPUs) in {_fmt(convert.get('wall_time_s'), 1)} s |",
+                f"| checkpoint size | {_size(convert.get('size_bytes'))} |", ""]
+        for note in convert.get("notes") or []:
+            out.append(f"- {note}")
+        if convert.get("notes"):
+            out.append("")
+        out += [f"quantkit recipe `{convert.get('recipe_name', MISSING)}` (hash {convert.get('recipe_hash', MISSING)}):", "",
+                "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip() if recipe else f"# {MISSING}", "```", ""]
+    else:
+        out += [f"No conversion record is stored for this checkpoint (method, scheme and calibration are {MISSING}).", ""]
+
+    # accuracy
+    out += ["## Accuracy", ""]
+    if not rows:
+        out += [f"No eval is stored for this checkpoint: accuracy is {MISSING}.", ""]
+    else:
+        er = ev.eval or {}
+        server = er.get("server") or {}
+        versions = er.get("versions") or {}
+        out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids, no chat template unless "
+                   f"noted) against vLLM {server.get('vllm_version') or MISSING}; recovery = quantized / baseline on the "
+                   "same protocol (baseline / quantized for perplexities), ± one standard error.")
+        out += ["", "| task | metric | n-shot | items | baseline | quantized | recovery |", "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            items = f"{r['n_samples']} of {r['n_available']}" if r["n_samples"] is not None else MISSING
+            rec = _pm(r["recovery"], r["recovery_stderr"], 3) if ev.variant != "baseline" else "n/a (baseline)"
+            base_cell = _pm(r["baseline"], r["baseline_stderr"]) if ev.variant != "baseline" else "n/a"
+            out.append(f"| {r['task']} | {_metric_name(r['metric'])} | {_fmt(r['n_shot'])} | {items} | "
+                       f"{base_cell} | {_pm(r['quantized'], r['quantized_stderr'])} | {rec} |")
+        out.append("")
+        if ev.recovery:
+            out.append(f"Mean recovery over accuracy tasks: "
+                       f"{_pm(ev.recovery.get('mean_recovery'), ev.recovery.get('mean_recovery_stderr'), 3)}.")
+            for g in ev.recovery.get("gates", []):
+                out.append(f"- gate {g['gate']}{' ' + g['task'] if g.get('task') else ''}: "
+                           f"{_fmt(g.get('value'))} vs min {g['threshold']:g}: {'passed' if g['passed'] else 'FAILED'}")
+            out.append("")
+        elif ev.variant != "baseline":
+            out += [f"Recovery is {MISSING}: no baseline eval on the same protocol is stored.", ""]
+
+    # throughput / latency
+    out += ["## Throughput and latency", ""]
+    points = _bench_points(store, ev.bench)
+    if not points:
+        out += [f"No benchmark is stored for this checkpoint: throughput and latency are {MISSING}.", ""]
+    else:
+        br = ev.bench.result or {}
+        server = br.get("server") or {}
+        hw = br.get("hardware") or {}
+        wl = br.get("workload") or {}
+        device = hw.get("gpu") or hw.get("cpu") or MISSING
+        count = f"{hw.get('gpu_count')} x " if hw.get("gpu") and hw.get("gpu_count") else ""
+        out.append(f"quantkit's streaming load generator against vLLM {server.get('vllm_version') or MISSING} on "
+                   f"{count}{device}" + (f" ({hw['cpu_count']} CPUs)" if not hw.get('gpu') and hw.get('cpu_count') else "")
+                   + f"; prompts of {wl.get('input_len') or MISSING} tokens, {wl.get('output_len') or MISSING} output "
+                   f"tokens, server flags `{' '.join(args_of(server.get('serve_config'))) or 'defaults'}`."
+                   + ("" if ev.bench.status == "done" and br.get("complete", True) else
+                      f" The benchmark stopped early ({ev.bench.status}: {ev.bench.error or 'no reason stored'}); "
+                      "these are the points it finished."))
+        base_points = {(_px(p)): p for p in _bench_points(store, ev.baseline_bench)} if ev.variant != "baseline" else {}
+        head = "| load | requests (failed) | output tok/s |"
+        if base_points:
+            head += " baseline output tok/s |"
+        head += " TTFT p50 / p95 (ms) | ITL p50 / p95 (ms) | E2E p50 (s) |"
+        out += ["", head, "|" + "---|" * (head.count("|") - 1)]
+        for p in points:
+            load = f"concurrency {p.get('concurrency')}" if p.get("profile") == "concurrency" else f"rate {p.get('rate')}/s"
+            cells = [load, f"{p.get('num_requests', MISSING)} ({p.get('failures', MISSING)})", _fmt(p.get("output_tok_s"), 1)]
+            if base_points:
+                bp = base_points.get(_px(p))
+                cells.append(_fmt(bp.get("output_tok_s"), 1) if bp else MISSING)
+            cells += [f"{_ms(p.get('ttft'), 'p50')} / {_ms(p.get('ttft'), 'p95')}",
+                      f"{_ms(p.get('itl'), 'p50')} / {_ms(p.get('itl'), 'p95')}",
+                      _fmt((p.get("e2e") or {}).get("p50"), 2)]
+            out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+        if server.get("quant_lines"):
+            out += ["Kernels vLLM chose: " + "; ".join(f"`{line}`" for line in server["quant_lines"]), ""]
+
+    # how to serve
+    args, why = _serve_command(name, ev)
+    out += ["## How to serve", "", "```bash", " ".join(["vllm serve", name, *args]), "```", "",
+            f"Flags: {why}.", ""]
+
+    # provenance
+    out += ["## Provenance", ""]
+    versions = dict((convert.get("versions") or {}))
+    out.append(f"Card written by quantkit {__version__} from its result store.")
+    if versions:
+        out.append("Conversion: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
+    for kind in ("convert", "bench", "eval"):
+        r = ev.stages.get(kind)
+        out.append(f"- {kind}: " + (f"run `{r.run_key}` ({r.status}, finished {r.finished_at or MISSING})" if r else MISSING))
+    if ev.variant != "baseline":
+        for kind, r in (("baseline eval", ev.baseline_eval), ("baseline bench", ev.baseline_bench)):
+            out.append(f"- {kind}: " + (f"run `{r.run_key}` (finished {r.finished_at or MISSING})" if r else MISSING))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _px(p: dict[str, Any]) -> tuple:
+    return (p.get("profile"), p.get("concurrency"), p.get("rate"), p.get("input_len"), p.get("output_len"))
+
+
+def _pm(value: float | None, stderr: float | None, digits: int = 4) -> str:
+    return fmt_pm(value, stderr, digits, missing=MISSING)

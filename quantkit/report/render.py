@@ -1,0 +1,327 @@
+"""The report's renderers: the same tables in Markdown and HTML, the JSON as it is, the files.
+
+Nothing is computed here that `build.py` did not put into the Report: the renderers only format.
+jinja2 (HTML) and matplotlib (plots.py) are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..files import atomic_write_bytes
+from .build import SCHEMA_VERSION, Bound, Point, Report, TaskScore
+
+DASH = "—"
+
+# ----------------------------------------------------------------------------------------------
+# Formatting (shared by Markdown and HTML: the same strings in both)
+
+
+def fmt(value: float | None, digits: int = 3) -> str:
+    """Significant digits without scientific notation for everyday magnitudes; "—" for None."""
+    if value is None:
+        return DASH
+    if value == 0:
+        return "0"
+    mag = math.floor(math.log10(abs(value)))
+    decimals = max(0, digits - 1 - mag)
+    return f"{value:,.{decimals}f}"
+
+
+def fmt_pm(value: float | None, stderr: float | None, digits: int = 4, missing: str = DASH) -> str:
+    """`0.9706 ± 0.0713`; the one formatter of a value and its uncertainty (report, card, CLI)."""
+    if value is None:
+        return missing
+    text = f"{value:.{digits}f}"
+    return text + (f" ± {stderr:.{digits}f}" if stderr is not None else "")
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return DASH
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"
+
+
+def fmt_ms(pair: tuple[float | None, float | None]) -> str:
+    """p50 / p95 in milliseconds."""
+    if pair[0] is None and pair[1] is None:
+        return DASH
+    return " / ".join(fmt(x * 1000 if x is not None else None) for x in pair)
+
+
+def _tok_s(p: Point | None, kind: str | None = None) -> str:
+    if p is None or p.output_tok_s is None:
+        return DASH
+    text = fmt(p.output_tok_s)
+    if kind:
+        text += f" ({kind} {p.load})"
+    if p.failures:
+        text += f" [{p.failures} failed]"
+    return text
+
+
+def _score(s: TaskScore | None) -> str:
+    return fmt_pm(s.value, s.stderr) if s else DASH
+
+
+
+def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | None]]:
+    """(title, header, rows, caption) for every table; both renderers print exactly these."""
+    r_ = report.rows
+    out = []
+    out.append(("Checkpoints", ["variant", "method", "status", "format", "size on disk", "weight memory",
+                                "KV cache (tokens)", "conversion time", "kernel vLLM chose"],
+                [[r.name, r.method, r.status + (f": {r.error}" if r.error else ""), r.format or DASH,
+                  fmt_bytes(r.size_bytes), fmt_bytes(r.weight_memory_bytes),
+                  f"{r.kv_cache_tokens:,}" if r.kv_cache_tokens is not None else DASH,
+                  f"{fmt(r.convert_time_s)} s" if r.convert_time_s is not None else DASH,
+                  _short_kernel(r.kernels)] for r in r_],
+                "size on disk: all files of the checkpoint; weight memory: what vLLM loaded, summed over GPUs; "
+                "kernel: the vLLM log's line naming the linear kernel (every quantization/kernel line is listed "
+                "below)"))
+    out.append(("Throughput and latency", ["variant", "output tok/s c=1", "output tok/s at knee",
+                                           "TTFT p50 / p95 (ms) c=1", "TTFT p50 / p95 (ms) at knee",
+                                           "ITL p50 / p95 (ms) c=1", "ITL p50 / p95 (ms) at knee"],
+                [[r.name, _tok_s(r.c1), _tok_s(r.top, r.top_kind),
+                  fmt_ms((r.c1.ttft_p50, r.c1.ttft_p95)) if r.c1 else DASH,
+                  fmt_ms((r.top.ttft_p50, r.top.ttft_p95)) if r.top else DASH,
+                  fmt_ms((r.c1.itl_p50, r.c1.itl_p95)) if r.c1 else DASH,
+                  fmt_ms((r.top.itl_p50, r.top.itl_p95)) if r.top else DASH] for r in r_],
+                "at knee: the knee of the sweep, or the highest load measured (\"highest\") when there was no sweep"))
+    acc_rows = []
+    for r in r_:
+        by_task = {s.task: s for s in r.scores}
+        recovery = fmt_pm(r.recovery, r.recovery_stderr) + (" (reference)" if r.gate == "reference" else "")
+        gate = r.gate or DASH
+        if r.gate == "fail":
+            gate += ": " + "; ".join(d.removesuffix(" (failed)") for d in r.gate_detail if d.endswith(" (failed)"))
+        acc_rows.append([r.name] + [_score(by_task.get(t)) for t in report.tasks]
+                        + [recovery if r.recovery is not None else DASH, fmt(r.perplexity), gate,
+                           "yes" if r.pareto else ""])
+    out.append(("Accuracy", ["variant"] + report.tasks + ["recovery (mean)", "wikitext word ppl", "gate", "Pareto"],
+                acc_rows, "primary metric ± stderr per task; recovery = quantized / baseline on the same protocol, "
+                "averaged over accuracy tasks, ± delta-method stderr (conservative)"))
+    out.append(("Batch-1 decode bound from memory bandwidth", ["variant", "weight bytes", "bandwidth (GB/s)",
+                                                                 "bound tok/s", "measured tok/s c=1", "measured / bound"],
+                [[r.name, fmt_bytes(r.bound.weight_bytes), _bandwidth(r.bound), fmt(r.bound.max_tok_s),
+                  fmt(r.bound.measured_tok_s), fmt(r.bound.ratio * 100) + "%" if r.bound.ratio is not None else DASH]
+                 for r in r_],
+                "bound = bandwidth / bytes read per token (size on disk), bandwidths added over tensor-parallel "
+                f"GPUs; bandwidth: {report.bandwidth_source}"))
+    out.append(("Evaluation protocol", ["task", "version", "n-shot", "limit", "items", "chat template", "BOS",
+                                        "primary metric", "data", "variants"],
+                [[p.task, p.version or DASH, _s(p.n_shot), _s(p.limit, "all"), _s(p.n_samples), _yn(p.chat_template),
+                  _yn(p.add_bos_token), p.primary_metric or DASH, p.data or DASH, ", ".join(p.variants)]
+                 for p in report.protocol], None))
+    workloads = []
+    for r in r_:
+        if r.workload:
+            w = r.workload
+            workloads.append([r.name, _s(w.get("input_len")), _s(w.get("output_len")), _s(w.get("num_prompts")),
+                              w.get("dataset") or "random", w.get("api") or DASH,
+                              ", ".join(p.load for p in r.points) or DASH, " ".join(r.serve_args) or DASH])
+    out.append(("Bench workload", ["variant", "input tokens", "output tokens", "requests per point", "dataset",
+                                   "API", "points", "vllm serve flags"], workloads, None))
+    env = [[k, str(v) if v not in (None, "") else DASH] for k, v in report.environment.items()]
+    env.append(["recipe hash", report.recipe_hash or DASH])
+    env.append(["memory bandwidth", (fmt(report.bandwidth_gbs, 4) + " GB/s, " if report.bandwidth_gbs else "")
+                + report.bandwidth_source])
+    out.append(("Environment", ["item", "value"], env, None))
+    return out
+
+
+def _s(value: Any, none: str = DASH) -> str:
+    return none if value is None else str(value)
+
+
+def _yn(value: bool | None) -> str:
+    return DASH if value is None else ("yes" if value else "no")
+
+
+def _bandwidth(bound: Bound) -> str:
+    if bound.bandwidth_gbs is None or bound.gpus == 1:
+        return fmt(bound.bandwidth_gbs, 4)
+    return f"{fmt(bound.gpus * bound.bandwidth_gbs, 4)} ({bound.gpus} × {fmt(bound.bandwidth_gbs, 4)})"
+
+
+def _short_kernel(lines: list[str]) -> str:
+    """The line naming the linear-layer kernel if there is one (the log also names the attention
+    backend and the quantization config); the table cell is short, the full list follows."""
+    if not lines:
+        return DASH
+    first = next((x for x in lines if re.search(r"linear|kernel|marlin|machete|gemm|scaled_?mm", x, re.I)), lines[0])
+    return first if len(first) <= 80 else first[:77] + "..."
+
+
+# ----------------------------------------------------------------------------------------------
+# Markdown
+
+
+def _md_cell(text: str) -> str:
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
+def _version(report: Report) -> str:
+    from .. import __version__
+
+    return str(report.environment.get("quantkit") or __version__)
+
+
+# The plots go after the first three tables (what each variant is, its speed, its accuracy): the
+# reader sees the trade-off before the detail tables.
+PLOTS_AFTER = 3
+
+
+def render_markdown(report: Report) -> str:
+    lines = [f"# {report.title}", "", f"Generated {report.created_at} by quantkit {_version(report)}.", ""]
+    failed = [r for r in report.rows if r.status != "done"]
+    for r in failed:
+        lines.append(f"> **{r.name}: {r.status}**" + (f": {_md_cell(r.error)}" if r.error else ""))
+    if failed:
+        lines.append("")
+    for note in report.notes:
+        lines += [f"> note: {_md_cell(note)}", ""]
+    for i, (title, header, rows, caption) in enumerate(tables(report)):
+        if i == PLOTS_AFTER:
+            lines += _md_plots(report)
+        lines += [f"## {title}", ""]
+        if not rows:
+            lines += [f"{DASH} (nothing measured)", ""]
+            continue
+        lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
+        lines.append("|" + "|".join("---" for _ in header) + "|")
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+        lines.append("")
+        if caption:
+            lines += [f"_{_md_cell(caption)}_", ""]
+    kernel_rows = [r for r in report.rows if r.kernels]
+    if kernel_rows:
+        lines += ["## Kernels and schemes vLLM chose (from its log)", ""]
+        for r in kernel_rows:
+            lines += [f"**{r.name}**", "", "```"] + r.kernels + ["```", ""]
+    gate_rows = [r for r in report.rows if r.gate_detail]
+    if gate_rows:
+        lines += ["## Gates", ""]
+        for r in gate_rows:
+            lines += [f"- **{r.name}**: " + "; ".join(r.gate_detail)]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _md_plots(report: Report) -> list[str]:
+    lines = ["## Plots", ""]
+    for p in report.plots:
+        lines += [f"![{p.title}](plots/{p.name}.png)" if p.drawn else f"- {p.title}: {p.note}", ""]
+    return lines
+
+
+# ----------------------------------------------------------------------------------------------
+# HTML (self-contained: inline CSS, images as data URIs, no script, nothing fetched)
+
+_HTML = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{{ report.title }}</title>
+<style>
+body { font-family: sans-serif; margin: 2em; color: #222; max-width: 1600px; }
+table { border-collapse: collapse; margin: 0.5em 0 0.3em; font-size: 13px; }
+th, td { border: 1px solid #bbb; padding: 3px 7px; text-align: left; vertical-align: top; }
+th { background: #eef1f5; }
+tr.failed td { background: #fde8e8; }
+tr.pareto td:first-child { font-weight: bold; }
+.caption { font-size: 12px; color: #555; margin-bottom: 1.2em; }
+.alert { background: #fde8e8; border-left: 4px solid #c0392b; padding: 0.4em 0.8em; margin: 0.4em 0; }
+.note { background: #fff6dd; border-left: 4px solid #e0a800; padding: 0.4em 0.8em; margin: 0.4em 0; }
+img.plot { display: block; max-width: 100%; margin: 0.5em 0 1.5em; border: 1px solid #ddd; }
+pre { background: #f6f6f6; padding: 0.5em; font-size: 12px; white-space: pre-wrap; }
+</style></head>
+<body>
+{% macro plots() %}<h2>Plots</h2>
+{% for p in report.plots %}
+{% if p.drawn and images.get(p.name) %}
+<h3>{{ p.title }}</h3>
+<img class="plot" alt="{{ p.title }}" data-plot="{{ p.name }}" src="data:image/png;base64,{{ images[p.name] }}">
+{% else %}<p class="note">{{ p.title }}: {{ p.note or 'image not embedded' }}</p>{% endif %}
+{% endfor %}{% endmacro %}
+<h1>{{ report.title }}</h1>
+<p>Generated {{ report.created_at }} by quantkit {{ version }}.</p>
+{% for r in report.rows if r.status != 'done' %}
+<div class="alert"><b>{{ r.name }}: {{ r.status }}</b>{% if r.error %}: {{ r.error }}{% endif %}</div>
+{% endfor %}
+{% for n in report.notes %}<div class="note">note: {{ n }}</div>{% endfor %}
+{% for title, header, rows, caption in tables %}
+{% if loop.index0 == plots_after %}{{ plots() }}{% endif %}
+<h2>{{ title }}</h2>
+{% if rows %}
+<table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row in rows %}<tr class="{{ row_class.get(title, {}).get(row[0], '') }}">{% for c in row %}<td>{{ c }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+{% if caption %}<div class="caption">{{ caption }}</div>{% endif %}
+{% else %}<p>{{ dash }} (nothing measured)</p>{% endif %}
+{% endfor %}
+{% if kernel_rows %}<h2>Kernels and schemes vLLM chose (from its log)</h2>
+{% for r in kernel_rows %}<h3>{{ r.name }}</h3><pre>{{ r.kernels | join('\n') }}</pre>{% endfor %}{% endif %}
+{% if gate_rows %}<h2>Gates</h2><ul>
+{% for r in gate_rows %}<li><b>{{ r.name }}</b>: {{ r.gate_detail | join('; ') }}</li>{% endfor %}</ul>{% endif %}
+</body></html>
+"""
+
+
+def render_html(report: Report, images: dict[str, bytes] | None = None) -> str:
+    """The report as one HTML file; `images` maps plot name -> PNG bytes (embedded as data URIs)."""
+    import jinja2
+
+    env = jinja2.Environment(autoescape=True, undefined=jinja2.StrictUndefined)
+    row_class = {"Checkpoints": {r.name: "failed" for r in report.rows if r.status == "failed"},
+                 "Accuracy": {r.name: "pareto" for r in report.rows if r.pareto}}
+    return env.from_string(_HTML).render(
+        report=report, tables=tables(report), dash=DASH, row_class=row_class, version=_version(report),
+        plots_after=PLOTS_AFTER,
+        images={k: base64.b64encode(v).decode("ascii") for k, v in (images or {}).items()},
+        kernel_rows=[r for r in report.rows if r.kernels], gate_rows=[r for r in report.rows if r.gate_detail],
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Writing
+
+
+def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
+    """Write report.md, report.html, report.json and plots/<name>.png into out_dir.
+
+    Returns {"md", "html", "json", "plot:<name>"} -> path. Each file is written to a temporary name
+    and renamed, so a reader never sees half a report."""
+    from .plots import draw
+
+    out_dir = Path(out_dir)
+    (out_dir / "plots").mkdir(parents=True, exist_ok=True)
+    paths: dict[str, Path] = {}
+    images: dict[str, bytes] = {}
+    for plot in report.plots:
+        if not plot.drawn:
+            continue
+        png = draw(plot.name, report)
+        images[plot.name] = png
+        paths[f"plot:{plot.name}"] = atomic_write_bytes(out_dir / "plots" / f"{plot.name}.png", png)
+    paths["md"] = atomic_write_bytes(out_dir / "report.md", render_markdown(report).encode())
+    paths["html"] = atomic_write_bytes(out_dir / "report.html", render_html(report, images).encode())
+    paths["json"] = atomic_write_bytes(out_dir / "report.json",
+                                  (json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode())
+    return paths
+
+
+
+def read_report(path: Path) -> Report:
+    """A report.json back into a Report (schema_version checked)."""
+    data = json.loads(Path(path).read_text())
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise UsageError(f"{path} has report schema_version {data.get('schema_version')}, this quantkit reads {SCHEMA_VERSION}")
+    return Report.model_validate(data)
