@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import __version__, machine, models
 from ..recipe import load_run
 from ..store import Store
+from .checks import check_model, check_plan
 from .executors import Executor, LocalExecutor
 from .stages import Lane, RunContext, RunSummary, StageOutcome
 
@@ -26,8 +27,10 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
         store: Store | None = None, executor: Executor | None = None) -> RunSummary:
     started = time.monotonic()
     plan = load_run(recipe_path)
+    check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
     model = models.resolve(plan.model)
-    from ..serve.server import installed_vllm_version
+    check_model(model)
+    from ..serve.env import installed_vllm_version
 
     ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version(),
                      common={"hardware": machine.fingerprint(), "quantkit": __version__})
