@@ -29,7 +29,7 @@ from ..errors import BackendError, UsageError
 from ..machine import package_versions
 from ..serve.config import ServeConfig
 from ..serve.server import Server, open_server
-from .results import DataInfo, EvalRun, Metric, TaskResult, results_dir
+from .results import DataInfo, EvalRun, Metric, TaskResult, item_scores, results_dir
 from .tasks import TaskSetup, TaskSpec, prepare as prepare_tasks, registry, resolve, task_manager
 
 # lm-eval's default seeds, recorded so a run can be repeated exactly.
@@ -201,7 +201,8 @@ def _task_result(spec: TaskSpec, results: dict[str, Any], leaves: dict[str, Any]
             f"task '{spec.name}' produced no '{task_def.metric}' (got: {', '.join(sorted(metrics)) or 'nothing'})"
         )
     samples_path = run_dir / f"samples_{spec.name}.jsonl"
-    _write_samples(samples_path, results.get("samples") or {})
+    samples = {leaf: rows for leaf, rows in (results.get("samples") or {}).items() if leaf in leaves}
+    _write_samples(samples_path, samples)
     n_samples = sum(int(v.get("effective", 0)) for k, v in (results.get("n-samples") or {}).items() if k in leaves)
     shots = {int(v) for k, v in (results.get("n-shot") or {}).items() if k in leaves}
     version = (results.get("versions") or {}).get(spec.name)
@@ -224,6 +225,8 @@ def _task_result(spec: TaskSpec, results: dict[str, Any], leaves: dict[str, Any]
         subtasks=sorted(leaves) if len(leaves) > 1 else [],
         samples_file=str(samples_path),
         wall_time_s=round(wall, 2),
+        # the per-item scores travel with the record: paired recovery reads them from the store
+        items=item_scores(samples),
     )
 
 
