@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..console import emit, run_command, stdout
-from ..errors import GateFailed, UsageError
+from ..errors import UsageError
 from . import app
 from .options import Json, Quiet, ServingOptions, mode, serving_options
 
@@ -77,9 +77,9 @@ def eval_command(
         base = results.find_baseline(baseline, like=run)
         report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
         result["recovery"] = report
-        if not report.passed:
+        if not report.passed:  # the report first, then the one line and exit 3 (failed) or 4 (inconclusive)
             emit(_jsonable(result), out_mode, _print_result)
-            raise GateFailed(gates_mod.gate_failure_message(report))
+            gates_mod.raise_for_verdict(report)
         return result
 
     run_command(lambda: _jsonable(body()), out_mode, _print_result)
@@ -93,6 +93,10 @@ def _fmt(value: float | None, stderr: float | None) -> str:
     from ..report.render import fmt_pm
 
     return fmt_pm(value, stderr, missing="-")
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -111,16 +115,28 @@ def _print_result(result: dict[str, Any]) -> None:
     report = result.get("recovery")
     if not report:
         return
-    rec = Table("task", "metric", "quantized", "baseline", "recovery", title=f"recovery vs {report['baseline_file']}", title_justify="left")
+    rec = Table("task", "metric", "items", "quantized", "baseline", "recovery", f"{report['confidence']:.0%} interval",
+                "method", "independent ±", title=f"recovery vs {report['baseline_file']}", title_justify="left")
     for r in report["tasks"]:
-        rec.add_row(r["task"], r["metric"].replace(",none", ""), _fmt(r["quantized"], r["quantized_stderr"]),
-                    _fmt(r["baseline"], r["baseline_stderr"]), _fmt(r["recovery"], r["recovery_stderr"]))
-    rec.add_row("average", "", "", "", _fmt(report["mean_recovery"], report["mean_recovery_stderr"]))
+        rec.add_row(r["task"], r["metric"].replace(",none", ""), str(r["n_items"] or "-"),
+                    _fmt(r["quantized"], r["quantized_stderr"]), _fmt(r["baseline"], r["baseline_stderr"]),
+                    _fmt(r["recovery"], r["recovery_stderr"]), _interval(r["recovery_low"], r["recovery_high"]),
+                    r["method"], _fmt(r["independent_stderr"], None) if r["independent_stderr"] is not None else "-")
+    rec.add_row("average", "", "", "", "", _fmt(report["mean_recovery"], report["mean_recovery_stderr"]),
+                _interval(report["mean_recovery_low"], report["mean_recovery_high"]), report["mean_method"] or "-",
+                _fmt(report["mean_independent_stderr"], None) if report["mean_independent_stderr"] is not None else "-")
     stdout.print(rec)
+    from ..evals.gates import GateVerdict
+
+    colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for g in report["gates"]:
-        status = "[green]pass[/green]" if g["passed"] else "[red]FAIL[/red]"
-        value = "undefined" if g["value"] is None else f"{g['value']:.4f}"
-        stdout.print(f"gate {g['gate']} {g['task'] or 'average'}: {value} >= {g['threshold']:g} {status}")
+        verdict = GateVerdict.model_validate(g)
+        line = verdict.summary() if verdict.verdict == "pass" else verdict.describe()
+        stdout.print(f"gate {g['gate']}: [{colour[g['verdict']]}]{g['verdict']}[/{colour[g['verdict']]}]: {line}",
+                     soft_wrap=True)
+    if report["gates"]:
+        counts = {v: sum(g["verdict"] == v for g in report["gates"]) for v in ("pass", "fail", "inconclusive")}
+        stdout.print(f"gates: {counts['pass']} pass, {counts['fail']} fail, {counts['inconclusive']} inconclusive")
 
 
 @app.command("eval-tasks")
