@@ -50,6 +50,8 @@ def eval_command(
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: minimum average recovery over accuracy tasks (exit 3 below it)."),
     min_task_recovery: Optional[float] = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task."),
     gate: List[str] = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable)."),
+    grow_to: Optional[int] = typer.Option(None, "--grow-to", help="While a gate is inconclusive, score more items (a fixed seeded order, on the baseline folder too) up to this many per task."),
+    grow_seed: int = typer.Option(1234, "--grow-seed", help="Seed of the order in which --grow-to adds items."),
     json: Json = False,
     quiet: Quiet = False,
     serve: ServingOptions = None,
@@ -63,19 +65,30 @@ def eval_command(
         gates = parse_gates(min_recovery, min_task_recovery, gate)
         if gates is not None and baseline is None:
             raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
+        if grow_to is not None and gates is None:
+            raise UsageError("--grow-to adds items until a gate is decided: give a gate (--min-recovery, ...)")
+        growth = gates_mod.GrowSettings(max_items=grow_to, seed=grow_seed) if grow_to is not None else None
         if baseline is not None:
             # Fail before an hour of evaluation, not after it.
             results.find_baseline(baseline)
-        run = runner.evaluate(
-            model_dir, tasks, limit=limit, num_fewshot=num_fewshot, url=url, output_dir=output,
-            chat_template=chat_template, max_gen_toks=max_gen_toks, num_concurrent=concurrency,
-            serve=serve.config(**runner.EVAL_SERVE_DEFAULTS),
-        )
+        if growth is not None:
+            from ..evals import grow
+
+            baseline_dir = grow.check_can_grow(baseline)
+        options = dict(limit=limit, num_fewshot=num_fewshot, output_dir=output, chat_template=chat_template,
+                       max_gen_toks=max_gen_toks, num_concurrent=concurrency)
+        config = serve.config(**runner.EVAL_SERVE_DEFAULTS)
+        run = runner.evaluate(model_dir, tasks, url=url, serve=config, **options)
         result: dict[str, Any] = {"run": run, "recovery": None}
         if baseline is None:
             return result
         base = results.find_baseline(baseline, like=run)
-        report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
+        if growth is not None:
+            run, base, report = grow.until_decided(run, base, baseline_dir, tasks, gates, growth, url=url, serve=config,
+                                                   options=options)
+            result["run"] = run
+        else:
+            report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
         result["recovery"] = report
         if not report.passed:  # the report first, then the one line and exit 3 (failed) or 4 (inconclusive)
             emit(_jsonable(result), out_mode, _print_result)

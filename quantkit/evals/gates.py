@@ -25,7 +25,7 @@ from . import paired
 from .paired import CONFIDENCE, Estimate, ratio_stderr
 from .results import EvalRun, TaskResult, protocol_mismatch
 
-__all__ = ["Gates", "TaskRecovery", "GateVerdict", "RecoveryReport", "compare_to_baseline", "ratio_stderr",
+__all__ = ["Gates", "GrowSettings", "TaskRecovery", "GateVerdict", "RecoveryReport", "compare_to_baseline", "ratio_stderr",
            "gate_failure_message", "gates_text", "VERDICTS"]
 
 Verdict = Literal["pass", "fail", "inconclusive"]
@@ -40,6 +40,18 @@ class Gates(BaseModel):
     min_recovery: float | None = Field(None, gt=0, description="on the average over accuracy tasks")
     min_task_recovery: float | None = Field(None, gt=0, description="on every task")
     tasks: dict[str, float] = Field(default_factory=dict, description="per named task")
+
+
+class GrowSettings(BaseModel):
+    """The run recipe's `eval: grow:` (and `quantkit eval --grow-to`): while a gate is
+    inconclusive, add the items it says would likely decide it (evals/grow.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_items: int = Field(..., gt=0, description="cap on items per task (per subtask for a group)")
+    step: int | None = Field(None, gt=0, description="items per block (default: the task's limit)")
+    seed: int = Field(1234, description="seeds the order of the items beyond the first `limit`")
+    max_rounds: int = Field(3, gt=0, description="grow-and-recompare rounds at most")
 
 
 class TaskRecovery(BaseModel):
