@@ -15,8 +15,9 @@ validated when
   2. that eval started after the newest conversion of DIR finished (a re-conversion rewrites the
      weights in the same folder, so an older eval measured other weights), and
   3. for a quantized checkpoint (any variant but the model's `baseline`): the model's baseline
-     has a `done` eval on the same protocol, and the recovery (quantized / baseline, computed by
-     compare/evals_core) passes every gate.
+     has a `done` eval on the same protocol and items, and the recovery (quantized / baseline,
+     evals/gates.py) passes every gate by its 95% paired interval. A gate whose interval holds
+     the threshold is inconclusive: not validated (push exits 4, a failed gate 3).
 A quantized checkpoint without a stored baseline eval is NOT validated: its gates cannot be
 checked, and a card saying "validated" would then claim something nobody measured. A benchmark is
 not required (the gates are about accuracy); a missing one is shown as missing in the card.
