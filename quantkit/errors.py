@@ -1,6 +1,8 @@
 """The exceptions quantkit raises on purpose, each mapped to one line and an exit code.
 
-Exit codes (DESIGN.md): 0 ok, 1 failure, 2 usage (bad input the user can fix), 3 a gate failed.
+Exit codes (DESIGN.md): 0 ok, 1 failure, 2 usage (bad input the user can fix), 3 a gate failed,
+4 a gate is inconclusive (its confidence interval straddles the threshold: more items decide it;
+a failed gate elsewhere in the same run takes precedence, 3).
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ class BackendError(QuantkitError):
 
 class GateFailed(QuantkitError):
     exit_code = 3
+
+
+class GateInconclusive(QuantkitError):
+    """A gate neither passed nor failed: the interval holds the threshold (never a validation)."""
+
+    exit_code = 4
 
 
 def did_you_mean(word: str, choices: list[str]) -> str:

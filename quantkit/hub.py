@@ -15,8 +15,9 @@ validated when
   2. that eval started after the newest conversion of DIR finished (a re-conversion rewrites the
      weights in the same folder, so an older eval measured other weights), and
   3. for a quantized checkpoint (any variant but the model's `baseline`): the model's baseline
-     has a `done` eval on the same protocol, and the recovery (quantized / baseline, computed by
-     compare/evals_core) passes every gate.
+     has a `done` eval on the same protocol and items, and the recovery (quantized / baseline,
+     evals/gates.py) passes every gate by its 95% paired interval. A gate whose interval holds
+     the threshold is inconclusive: not validated (push exits 4, a failed gate 3).
 A quantized checkpoint without a stored baseline eval is NOT validated: its gates cannot be
 checked, and a card saying "validated" would then claim something nobody measured. A benchmark is
 not required (the gates are about accuracy); a missing one is shown as missing in the card.
@@ -36,6 +37,12 @@ used rather than upload_folder because, with hf_xet installed, upload_folder may
 into several commits; a single commit is atomic: an upload that dies before it leaves the repo
 as it was. Files whose remote hash equals the local one are skipped by the client, and a commit
 with nothing left is not made; `push` reports "nothing changed" then.
+No uploaded file names a folder of this machine: quantkit.json, the card and every other text file
+(configs, recipe.yaml, tokenizer files) go up with the checkout, the home directory, QUANTKIT_HOME,
+the data and models folders and the checkpoint itself written as `<checkout>`, `~`,
+`$QUANTKIT_HOME`, `$QUANTKIT_DATA_DIR`, `$QUANTKIT_MODELS_DIR` and `.`; in quantkit's own files
+(quantkit.json, the card) any other absolute path is cut to `<local>/<its last part>`. The local
+files stay as they are (the commit carries the cleaned bytes).
 The token comes from huggingface_hub's usual sources (HF_TOKEN, the stored login); quantkit
 never prints, logs or stores it, and scrubs it from any error text it passes on.
 """
@@ -43,18 +50,26 @@ never prints, logs or stores it, and scrubs it from any error text it passes on.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import BackendError, GateFailed, SetupError, UsageError
-from .evals.gates import GateVerdict, gates_text
+from . import __version__, settings
+from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
+from .evals.gates import GateVerdict, RecoveryReport, gate_failure_message, gates_text
 from .report.card import build_card
 from .report.gather import Evidence, evidence_for, variant_of
 from .store import Store
 
 DEFAULT_MIN_RECOVERY = 0.95
+# Text files whose local paths are rewritten on the way up (binary weights are never touched).
+TEXT_SUFFIXES = (".json", ".yaml", ".yml", ".txt", ".md", ".jinja", ".py")
+SCRUB_MAX_BYTES = 64 << 20
+OWN_FILES = {"quantkit.json", "README.md"}  # quantkit wrote these: any absolute path in them is local
+# An absolute path that does not continue a word, a URL, or a placeholder ("$QUANTKIT_HOME/x").
+ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~$<>-])/(?:[\w.+@-]+/)*[\w.+@-]+")
+PATH_CHAR = r"[\w.+@-]"
 # quantkit's result folders: their numbers are in the card; the files hold local paths and logs
 LOCAL_ONLY_DIRS = {"quantkit-bench", "quantkit-eval", ".cache", ".git"}
 
@@ -104,16 +119,63 @@ def _decide(store: Store, ev: Evidence) -> None:
         ev.reason = f"recovery against the baseline cannot be computed: {v.error or 'unknown reason'}"
         return
     ev.recovery = v.recovery
-    failures = [g for g in v.recovery.get("gates", []) if not g.get("passed")]
-    if failures:
-        ev.reason = "gate failed: " + "; ".join(GateVerdict.model_validate(g).describe() for g in failures)
-        return
-    if not v.recovery.get("gates"):
+    verdicts = [GateVerdict.model_validate(g) for g in v.recovery.get("gates", [])]
+    if not verdicts:
         ev.reason = "no gate was given (--min-recovery / --min-task-recovery / --gate)"
         return
+    report = RecoveryReport.model_validate(v.recovery)
+    if report.verdict != "pass":  # a failed gate, or an inconclusive one: neither vouches for the weights
+        ev.reason = gate_failure_message(report)
+        return
     ev.validated = True
-    ev.reason = f"passed {gate_text}"
+    ev.reason = f"passed {gate_text}, each by its 95% interval"
 
+
+
+# ----------------------------------------------------------------------------------------------
+# No local path goes up
+
+
+def local_roots(checkpoint: Path) -> list[tuple[str, str]]:
+    """(folder, placeholder) for every folder of this machine an uploaded file may name, the
+    longest first (a checkpoint inside the models folder is `.`, not `$QUANTKIT_MODELS_DIR/x`)."""
+    import quantkit
+
+    data = os.environ.get("QUANTKIT_DATA_DIR")  # named even when it is not a folder any more
+    named = [(checkpoint, "."), (settings.home(), "$QUANTKIT_HOME"), (Path(data) if data else None, "$QUANTKIT_DATA_DIR"),
+             (settings.models_dir(), "$QUANTKIT_MODELS_DIR"), (Path(quantkit.__file__).parents[1], "<checkout>"),
+             (Path.cwd(), "<cwd>"), (Path.home(), "~")]
+    roots: dict[str, str] = {}
+    for folder, token in named:
+        if folder is None:
+            continue
+        for form in (Path(folder).expanduser().absolute(), Path(folder).expanduser().resolve()):
+            text = str(form).rstrip("/")
+            if text.count("/") >= 1 and text not in ("", "/"):
+                roots.setdefault(text, token)
+    return sorted(roots.items(), key=lambda kv: -len(kv[0]))
+
+
+def scrub_paths(text: str, roots: list[tuple[str, str]], own: bool = False) -> str:
+    """`text` with the local roots replaced by placeholders; `own` (a file quantkit wrote) also
+    cuts any other absolute path to its last part."""
+    for root, token in roots:
+        text = re.sub(re.escape(root) + f"(?!{PATH_CHAR})", lambda _m, t=token: t, text)
+    if own:
+        text = ABSOLUTE_PATH.sub(lambda m: "<local>/" + m.group(0).rsplit("/", 1)[-1], text)
+    return text
+
+
+def upload_bytes(name: str, path: Path, roots: list[tuple[str, str]]) -> bytes | None:
+    """The cleaned bytes to upload for a text file that names local paths; None: the file as it is."""
+    if not name.endswith(TEXT_SUFFIXES) or path.stat().st_size > SCRUB_MAX_BYTES:
+        return None
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return None
+    clean = scrub_paths(text, roots, own=name in OWN_FILES)
+    return None if clean == text else clean.encode("utf-8")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -137,7 +199,7 @@ def card(model_dir: str | Path, output: str | Path | None = None, *, repo: str |
         ev = gather_evidence(store, path, gates)
         model_card = build_card(store, ev, repo, base_model=base_model)
     out = Path(output) if output else path / "README.md"
-    out.write_text(str(model_card))
+    out.write_text(scrub_paths(str(model_card), local_roots(path), own=True))
     return {"path": str(out), "validated": ev.validated, "reason": ev.reason, "model": ev.model, "variant": ev.variant}
 
 
@@ -162,7 +224,8 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
     with Store() as store:
         ev = gather_evidence(store, path, gates)
         if not ev.validated and not force:
-            raise GateFailed(f"not pushing {path.name}: not validated ({ev.reason}); --force pushes it with a card that says so")
+            refusal = GateInconclusive if (ev.recovery or {}).get("verdict") == "inconclusive" else GateFailed
+            raise refusal(f"not pushing {path.name}: not validated ({ev.reason}); --force pushes it with a card that says so")
         model_card = build_card(store, ev, repo, base_model=base_model, forced=not ev.validated)
     files = _commit_files(path)
     if not any(name.endswith((".safetensors", ".bin")) for name, _ in files):
@@ -174,7 +237,8 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
     if not token:
         raise SetupError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (a token with write access)")
     try:
-        result = _upload(path, repo, files, str(model_card).encode(), token=token, private=private,
+        readme = scrub_paths(str(model_card), local_roots(path), own=True).encode()
+        result = _upload(path, repo, files, readme, token=token, private=private,
                          revision=revision, create_pr=create_pr,
                          commit_message=commit_message or f"quantkit {__version__}: {ev.convert.get('method') if ev.convert else path.name} checkpoint with measured model card")
     except BaseException as exc:  # noqa: BLE001 - mapped to one line below, re-raised otherwise
@@ -202,7 +266,9 @@ def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes,
         head = api.repo_info(repo, revision=target).sha
     except RevisionNotFoundError:
         head = None
-    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=str(p)) for name, p in files]
+    roots = local_roots(path)
+    ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=upload_bytes(name, p, roots) or str(p))
+           for name, p in files]
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
     info(f"pushing {len(ops)} files of {path.name} to {repo} ({target}) in one commit")
     commit = api.create_commit(repo, ops, commit_message=commit_message, revision=revision, create_pr=create_pr)

@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .errors import UsageError, did_you_mean
-from .evals.gates import Gates
+from .evals.gates import Gates, GrowSettings
 from .serve.config import ServeConfig
 
 SCHEMA_VERSION = 1
@@ -271,6 +271,9 @@ class EvalSettings(Strict):
     limit: int | None = None
     num_fewshot: int | None = None
     num_concurrent: int = 4
+    # grow: {max_items: N}: while a gate is inconclusive, score more items (seeded order) on the
+    # baseline and the undecided variants, up to N per task. Not part of the eval's run key.
+    grow: GrowSettings | None = None
 
 
 class RunRecipe(Strict):

@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..console import emit, run_command, stdout
-from ..errors import GateFailed, UsageError
+from ..errors import UsageError
 from . import app
 from .options import Json, Quiet, ServingOptions, mode, serving_options
 
@@ -50,6 +50,8 @@ def eval_command(
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: minimum average recovery over accuracy tasks (exit 3 below it)."),
     min_task_recovery: Optional[float] = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task."),
     gate: List[str] = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable)."),
+    grow_to: Optional[int] = typer.Option(None, "--grow-to", help="While a gate is inconclusive, score more items (a fixed seeded order, on the baseline folder too) up to this many per task."),
+    grow_seed: int = typer.Option(1234, "--grow-seed", help="Seed of the order in which --grow-to adds items."),
     json: Json = False,
     quiet: Quiet = False,
     serve: ServingOptions = None,
@@ -63,23 +65,34 @@ def eval_command(
         gates = parse_gates(min_recovery, min_task_recovery, gate)
         if gates is not None and baseline is None:
             raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
+        if grow_to is not None and gates is None:
+            raise UsageError("--grow-to adds items until a gate is decided: give a gate (--min-recovery, ...)")
+        growth = gates_mod.GrowSettings(max_items=grow_to, seed=grow_seed) if grow_to is not None else None
         if baseline is not None:
             # Fail before an hour of evaluation, not after it.
             results.find_baseline(baseline)
-        run = runner.evaluate(
-            model_dir, tasks, limit=limit, num_fewshot=num_fewshot, url=url, output_dir=output,
-            chat_template=chat_template, max_gen_toks=max_gen_toks, num_concurrent=concurrency,
-            serve=serve.config(**runner.EVAL_SERVE_DEFAULTS),
-        )
+        if growth is not None:
+            from ..evals import grow
+
+            baseline_dir = grow.check_can_grow(baseline)
+        options = dict(limit=limit, num_fewshot=num_fewshot, output_dir=output, chat_template=chat_template,
+                       max_gen_toks=max_gen_toks, num_concurrent=concurrency)
+        config = serve.config(**runner.EVAL_SERVE_DEFAULTS)
+        run = runner.evaluate(model_dir, tasks, url=url, serve=config, **options)
         result: dict[str, Any] = {"run": run, "recovery": None}
         if baseline is None:
             return result
         base = results.find_baseline(baseline, like=run)
-        report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
+        if growth is not None:
+            run, base, report = grow.until_decided(run, base, baseline_dir, tasks, gates, growth, url=url, serve=config,
+                                                   options=options)
+            result["run"] = run
+        else:
+            report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
         result["recovery"] = report
-        if not report.passed:
+        if not report.passed:  # the report first, then the one line and exit 3 (failed) or 4 (inconclusive)
             emit(_jsonable(result), out_mode, _print_result)
-            raise GateFailed(gates_mod.gate_failure_message(report))
+            gates_mod.raise_for_verdict(report)
         return result
 
     run_command(lambda: _jsonable(body()), out_mode, _print_result)
@@ -93,6 +106,10 @@ def _fmt(value: float | None, stderr: float | None) -> str:
     from ..report.render import fmt_pm
 
     return fmt_pm(value, stderr, missing="-")
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
 def _print_result(result: dict[str, Any]) -> None:
@@ -111,16 +128,28 @@ def _print_result(result: dict[str, Any]) -> None:
     report = result.get("recovery")
     if not report:
         return
-    rec = Table("task", "metric", "quantized", "baseline", "recovery", title=f"recovery vs {report['baseline_file']}", title_justify="left")
+    rec = Table("task", "metric", "items", "quantized", "baseline", "recovery", f"{report['confidence']:.0%} interval",
+                "method", "independent ±", title=f"recovery vs {report['baseline_file']}", title_justify="left")
     for r in report["tasks"]:
-        rec.add_row(r["task"], r["metric"].replace(",none", ""), _fmt(r["quantized"], r["quantized_stderr"]),
-                    _fmt(r["baseline"], r["baseline_stderr"]), _fmt(r["recovery"], r["recovery_stderr"]))
-    rec.add_row("average", "", "", "", _fmt(report["mean_recovery"], report["mean_recovery_stderr"]))
+        rec.add_row(r["task"], r["metric"].replace(",none", ""), str(r["n_items"] or "-"),
+                    _fmt(r["quantized"], r["quantized_stderr"]), _fmt(r["baseline"], r["baseline_stderr"]),
+                    _fmt(r["recovery"], r["recovery_stderr"]), _interval(r["recovery_low"], r["recovery_high"]),
+                    r["method"], _fmt(r["independent_stderr"], None) if r["independent_stderr"] is not None else "-")
+    rec.add_row("average", "", "", "", "", _fmt(report["mean_recovery"], report["mean_recovery_stderr"]),
+                _interval(report["mean_recovery_low"], report["mean_recovery_high"]), report["mean_method"] or "-",
+                _fmt(report["mean_independent_stderr"], None) if report["mean_independent_stderr"] is not None else "-")
     stdout.print(rec)
+    from ..evals.gates import GateVerdict
+
+    colour = {"pass": "green", "fail": "red", "inconclusive": "yellow"}
     for g in report["gates"]:
-        status = "[green]pass[/green]" if g["passed"] else "[red]FAIL[/red]"
-        value = "undefined" if g["value"] is None else f"{g['value']:.4f}"
-        stdout.print(f"gate {g['gate']} {g['task'] or 'average'}: {value} >= {g['threshold']:g} {status}")
+        verdict = GateVerdict.model_validate(g)
+        line = verdict.summary() if verdict.verdict == "pass" else verdict.describe()
+        stdout.print(f"gate {g['gate']}: [{colour[g['verdict']]}]{g['verdict']}[/{colour[g['verdict']]}]: {line}",
+                     soft_wrap=True)
+    if report["gates"]:
+        counts = {v: sum(g["verdict"] == v for g in report["gates"]) for v in ("pass", "fail", "inconclusive")}
+        stdout.print(f"gates: {counts['pass']} pass, {counts['fail']} fail, {counts['inconclusive']} inconclusive")
 
 
 @app.command("eval-tasks")

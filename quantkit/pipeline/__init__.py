@@ -5,7 +5,8 @@ its measurements (bench, then eval) against that same server. Every stage is a s
 by what defines its result (`stages.py`), so a killed run started again skips the keys already done
 and redoes only the rest; `--force` redoes everything. A variant whose stage fails is recorded as
 failed and the others go on. An executor runs the lanes (`executors.py`: local, one after another);
-the report is written from the store alone once every lane has ended.
+then, with `eval: grow:`, inconclusive gates get more items (`grow.py`); the report is written
+from the store alone once every lane has ended.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..recipe import load_run
 from ..store import Store
 from .checks import check_model, check_plan
 from .executors import Executor, LocalExecutor
+from .grow import grow_stage
 from .stages import Lane, RunContext, RunSummary, StageOutcome
 
 __all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
@@ -40,12 +42,15 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     summary = RunSummary(recipe=str(recipe_path), model=model.name)
     try:
         (executor or LocalExecutor()).run(ctx, lanes, store, summary)
+        grow_stage(ctx, lanes, store, summary)  # eval `grow:`: more items while a gate is inconclusive
         from ..report.gather import compare
 
         result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
                          bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}")
         summary.report = {k: str(v) for k, v in result["paths"].items()}
         summary.gates_passed = result["gates_passed"]
+        summary.gate_verdict, summary.gate_counts = result["gate_verdict"], result["gate_counts"]
+        summary.verdicts = result["verdicts"]
     finally:
         if own_store:
             store.close()

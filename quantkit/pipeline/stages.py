@@ -38,7 +38,10 @@ class RunSummary(BaseModel):
     model: str
     outcomes: list[StageOutcome] = Field(default_factory=list)
     report: dict[str, str] | None = None
-    gates_passed: bool | None = None
+    gates_passed: bool | None = None  # every gated variant passed (None: no gate set)
+    gate_verdict: str | None = None  # pass / fail / inconclusive over all gated variants
+    gate_counts: dict[str, int] = Field(default_factory=dict)  # gate verdicts: pass / fail / inconclusive
+    verdicts: dict[str, str] = Field(default_factory=dict)  # variant -> its overall verdict
     wall_time_s: float = 0.0
 
 
@@ -77,7 +80,8 @@ def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
         stages.append(("bench", run_key("bench", checkpoint=fingerprint, bench=plan.bench.model_dump(),
                                          serve=serve, vllm=ctx.vllm, **ctx.common)))
     if plan.eval is not None:
-        stages.append(("eval", run_key("eval", checkpoint=fingerprint, eval=plan.eval.model_dump(),
+        # `grow` changes what happens after the eval, not its result: not part of its key
+        stages.append(("eval", run_key("eval", checkpoint=fingerprint, eval=plan.eval.model_dump(exclude={"grow"}),
                                        serve=serve, vllm=ctx.vllm, **ctx.common)))
     return stages
 

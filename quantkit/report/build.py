@@ -29,7 +29,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..evals.gates import GateVerdict
+from ..evals.gates import GateVerdict, overall_verdict
 from ..serve.config import args_of
 from ..serve.log import QUANT_NOISE
 
@@ -104,6 +104,10 @@ class TaskScore(BaseModel):
     higher_is_better: bool = True
     recovery: float | None = None
     recovery_stderr: float | None = None
+    recovery_low: float | None = None  # the 95% interval the gates read (paired when items were stored)
+    recovery_high: float | None = None
+    recovery_method: str | None = None
+    n_items: int | None = None  # items paired with the baseline
 
 
 class Bound(BaseModel):
@@ -143,10 +147,22 @@ class Row(BaseModel):
     perplexity: float | None = None  # wikitext word_perplexity
     recovery: float | None = None  # mean over accuracy tasks
     recovery_stderr: float | None = None
-    gate: Literal["pass", "fail", "no gates", "reference"] | None = None
+    recovery_low: float | None = None  # its 95% interval (paired: evals/paired.py)
+    recovery_high: float | None = None
+    recovery_method: str | None = None
+    recovery_independent_stderr: float | None = None  # as if the two runs were unrelated (for comparison)
+    # The accuracy verdict: "pass" / "fail" / "inconclusive" by the gates' intervals, "no gates",
+    # "reference" (the baseline), None (no recovery). `gates_passed` is the yes/no of it.
+    gate: Literal["pass", "fail", "inconclusive", "no gates", "reference"] | None = None
     gate_detail: list[str] = Field(default_factory=list)
     bound: Bound = Field(default_factory=Bound)
     pareto: bool = False
+
+    @property
+    def gates_passed(self) -> bool:
+        """True only when gates were set and every one passed by its interval (never when
+        inconclusive); the baseline, being the reference, is not gated."""
+        return self.gate == "pass"
 
 
 class ProtocolRow(BaseModel):
@@ -160,6 +176,10 @@ class ProtocolRow(BaseModel):
     primary_metric: str | None = None
     data: str | None = None  # "offline stock:arc/arc_easy.yaml"
     variants: list[str] = Field(default_factory=list)  # which variants ran this protocol
+    # items scored per variant: a result grown until its gate was decided holds more items of the
+    # same protocol (the same first `limit`, then the same seeded blocks); recovery pairs items
+    items: dict[str, int] = Field(default_factory=dict)
+    growth: str | None = None  # how grown results chose their extra items
 
 
 class PlotInfo(BaseModel):
@@ -183,6 +203,7 @@ class Report(BaseModel):
     protocol: list[ProtocolRow] = Field(default_factory=list)
     plots: list[PlotInfo] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    baseline_provenance: str | None = None  # what the baseline is, when it is not the original release
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,6 +318,8 @@ def _scores(v: Variant) -> tuple[list[TaskScore], float | None]:
             task=t["task"], metric=t["primary_metric"], value=primary["value"], stderr=_num(primary.get("stderr")),
             higher_is_better=t.get("higher_is_better", True),
             recovery=_num(r.get("recovery")), recovery_stderr=_num(r.get("recovery_stderr")),
+            recovery_low=_num(r.get("recovery_low")), recovery_high=_num(r.get("recovery_high")),
+            recovery_method=r.get("method"), n_items=r.get("n_items"),
         ))
     return scores, ppl
 
@@ -304,11 +327,11 @@ def _scores(v: Variant) -> tuple[list[TaskScore], float | None]:
 def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
     if v.recovery is None:
         return ("reference", []) if baseline and v.eval else (None, [])
-    gates = v.recovery.get("gates") or []
+    gates = [GateVerdict.model_validate(g) for g in v.recovery.get("gates") or []]
     if not gates:
         return "no gates", []
-    detail = [GateVerdict.model_validate(g).summary() for g in gates]
-    return ("pass" if v.recovery.get("passed", all(g.get("passed") for g in gates)) else "fail"), detail
+    detail = [g.summary() if g.verdict == "pass" else g.describe() + f": {g.verdict}" for g in gates]
+    return overall_verdict([g.verdict for g in gates]), detail
 
 
 def _row(v: Variant) -> Row:
@@ -319,8 +342,10 @@ def _row(v: Variant) -> Row:
     c1 = next((p for p in points if p.profile == "concurrency" and p.concurrency == 1 and p.successes), None)
     top, top_kind = _top_point(points, bench.get("knee"))
     scores, ppl = _scores(v)
-    rec = _num((v.recovery or {}).get("mean_recovery"))
-    rec_se = _num((v.recovery or {}).get("mean_recovery_stderr"))
+    recovery = v.recovery or {}
+    rec = _num(recovery.get("mean_recovery"))
+    rec_se = _num(recovery.get("mean_recovery_stderr"))
+    rec_low, rec_high = _num(recovery.get("mean_recovery_low")), _num(recovery.get("mean_recovery_high"))
     if baseline and v.recovery is None and any(s.higher_is_better for s in scores):
         rec, rec_se = 1.0, None  # the reference: recovery against itself is 1 exactly
     gate, gate_detail = _gate(v, baseline)
@@ -340,7 +365,10 @@ def _row(v: Variant) -> Row:
         vllm_version=server.get("vllm_version"), workload=bench.get("workload"),
         serve_args=_serve_args(serve_config), tensor_parallel=tp,
         points=points, c1=c1, top=top, top_kind=top_kind, scores=scores, perplexity=ppl,
-        recovery=rec, recovery_stderr=rec_se, gate=gate, gate_detail=gate_detail,
+        recovery=rec, recovery_stderr=rec_se, recovery_low=rec_low, recovery_high=rec_high,
+        recovery_method=recovery.get("mean_method"),
+        recovery_independent_stderr=_num(recovery.get("mean_independent_stderr")),
+        gate=gate, gate_detail=gate_detail,
     )
 
 
@@ -355,8 +383,19 @@ def _protocol(variants: list[Variant]) -> list[ProtocolRow]:
                 add_bos_token=t.get("add_bos_token"), primary_metric=t.get("primary_metric"),
                 data=" ".join(str(x) for x in (data.get("source"), data.get("template")) if x) or None,
             )
-            key = tuple(row.model_dump(exclude={"variants"}).values())
-            rows.setdefault(key, row).variants.append(v.name)
+            # results that stored per-item scores are paired item by item: their item count is not
+            # part of the protocol (a grown result keeps its protocol), older ones' is
+            paired = bool((t.get("items") or {}).get("ids"))
+            key = tuple(row.model_dump(exclude={"variants", "items", "growth"} | ({"n_samples"} if paired else set())).values())
+            kept = rows.setdefault(key, row)
+            kept.variants.append(v.name)
+            kept.items[v.name] = t.get("n_samples")
+            if t.get("growth"):
+                g = t["growth"]
+                kept.growth = (f"first {t.get('limit')} items, then blocks of {g.get('step')} "
+                               f"from a permutation of the rest seeded {g.get('seed')}")
+    for row in rows.values():
+        row.n_samples = max((n for n in row.items.values() if n is not None), default=row.n_samples)
     return list(rows.values())
 
 
@@ -379,7 +418,7 @@ def _plots(rows: list[Row]) -> list[PlotInfo]:
 
 
 def build_report(variants: list[Variant], *, title: str, environment: dict, recipe_hash: str | None = None,
-                 bandwidth_gbs: float | None = None) -> Report:
+                 bandwidth_gbs: float | None = None, baseline_provenance: str | None = None) -> Report:
     names = [v.name for v in variants]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         # rows are keyed by name (Pareto, plots): two rows of one name would silently merge
@@ -406,6 +445,8 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
     for task in {p.task for p in protocol if sum(q.task == p.task for q in protocol) > 1}:
         notes.append(f"task {task} ran on different protocols across variants (see the protocol table): "
                      "its scores are not comparable")
+    if baseline_provenance:
+        notes.append(f"the baseline is {baseline_provenance}; recovery is measured against it")
     versions = {r.vllm_version for r in rows if r.vllm_version}
     if len(versions) > 1:
         notes.append(f"variants were served by different vLLM versions: {', '.join(sorted(versions))}")
@@ -413,6 +454,7 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
         title=title, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         environment=dict(environment), recipe_hash=recipe_hash, bandwidth_gbs=bw, bandwidth_source=source,
         rows=rows, tasks=tasks, protocol=protocol, plots=_plots(rows), notes=notes,
+        baseline_provenance=baseline_provenance,
     )
 
 

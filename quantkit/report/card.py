@@ -8,15 +8,18 @@ of an unchanged checkpoint is a no-op. A measurement that is not stored is writt
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..models import BUILTIN_BASE
+from ..models import BUILTIN_BASE, BUILTIN_PROVENANCE
 from ..serve.config import KNOBS, ServeConfig, args_of
 from ..store import Record, Store
+from ..evals.gates import GateVerdict
 from .gather import Evidence
-from .render import fmt_pm
+from .render import fmt_ci, fmt_pm
 
 MISSING = "missing"
 
@@ -61,8 +64,13 @@ def _bits(convert: dict[str, Any] | None) -> int | None:
     return 8 if "fp8" in str(convert.get("scheme", "")).lower() else None
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
 def base_model_of(convert: dict[str, Any] | None, override: str | None = None) -> str | None:
-    """The Hub id of the model this checkpoint was made from, when it is known to be one."""
+    """The Hub id of the model this checkpoint was made from, when it is known to be one: the
+    given one (`--base-model`); a Hub reference itself; a built-in alias's release; a local folder's
+    own naming of it (its config's `_name_or_path`, or a Hub cache folder `models--org--name`)."""
     if override:
         return override
     source = (convert or {}).get("source") or {}
@@ -71,6 +79,21 @@ def base_model_of(convert: dict[str, Any] | None, override: str | None = None) -
         return ref
     if kind == "builtin" and ref in BUILTIN_BASE:
         return BUILTIN_BASE[ref]
+    if kind == "local" and source.get("path"):
+        return _named_by_folder(Path(source["path"]))
+    return None
+
+
+def _named_by_folder(folder: Path) -> str | None:
+    try:
+        named = json.loads((folder / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        named = None
+    if isinstance(named, str) and HUB_ID.fullmatch(named) and not Path(named).expanduser().exists():
+        return named
+    for part in reversed(folder.parts):  # ~/.cache/huggingface/hub/models--org--name/snapshots/<sha>
+        if part.startswith("models--") and part.count("--") >= 2:
+            return part.removeprefix("models--").replace("--", "/", 1)
     return None
 
 
@@ -90,8 +113,31 @@ def _task_rows(ev: Evidence) -> list[dict[str, Any]]:
             "quantized": q.get("value"), "quantized_stderr": q.get("stderr"),
             "baseline": (b or {}).get("value"), "baseline_stderr": (b or {}).get("stderr"),
             "recovery": r.get("recovery"), "recovery_stderr": r.get("recovery_stderr"),
+            "recovery_low": r.get("recovery_low"), "recovery_high": r.get("recovery_high"),
+            "method": r.get("method"), "n_items": r.get("n_items"),
+            "independent_stderr": r.get("independent_stderr"),
+            "version": t.get("version"), "chat_template": t.get("chat_template"),
+            "add_bos_token": t.get("add_bos_token"), "data": t.get("data") or {}, "limit": t.get("limit"),
+            "growth": t.get("growth"),
         })
     return rows
+
+
+def _source_name(convert: dict[str, Any]) -> str:
+    """The source as the card names it: an alias or Hub id as given, a local path by its name only
+    (a card names no folder of the machine it was made on)."""
+    source = convert.get("source") or {}
+    ref = source.get("ref")
+    if not ref:
+        return MISSING
+    return Path(ref).name if source.get("kind") in ("local", "gguf") else ref
+
+
+def baseline_provenance(convert: dict[str, Any] | None, model: str | None) -> str | None:
+    """What the baseline is in words, when it is not the original release (the demo's GGUF)."""
+    source = (convert or {}).get("source") or {}
+    ref = source.get("ref") if source.get("kind") == "builtin" else model
+    return BUILTIN_PROVENANCE.get(ref) if ref else None
 
 
 def _bench_points(store: Store, record: Record | None) -> list[dict[str, Any]]:
@@ -151,10 +197,25 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
         if row["quantized"] is None:
             continue
         metric = _metric_name(row["metric"])
+        shots = {"num_few_shot": row["n_shot"]} if row["n_shot"] is not None else None
         eval_results.append(EvalResult(
             task_type="text-generation", dataset_type=row["task"], dataset_name=row["task"],
-            metric_type=metric, metric_value=row["quantized"], metric_name=metric,
-            dataset_args={"num_few_shot": row["n_shot"]} if row["n_shot"] is not None else None,
+            metric_type=metric, metric_value=row["quantized"], metric_name=metric, dataset_args=shots,
+        ))
+        if ev.variant != "baseline" and row["recovery"] is not None:
+            eval_results.append(EvalResult(
+                task_type="text-generation", dataset_type=row["task"], dataset_name=row["task"], dataset_args=shots,
+                metric_type="recovery", metric_value=round(row["recovery"], 4),
+                metric_name=f"{metric} recovery vs the baseline ({_interval_words(row)})",
+                metric_args=_interval_args(row),
+            ))
+    mean = _mean_row(ev.recovery or {})
+    if ev.variant != "baseline" and mean["recovery"] is not None:
+        eval_results.append(EvalResult(
+            task_type="text-generation", dataset_type="quantkit/mean-recovery", dataset_name="mean over accuracy tasks",
+            metric_type="recovery", metric_value=round(mean["recovery"], 4),
+            metric_name=f"mean recovery vs the baseline ({_interval_words(mean)})",
+            metric_args={**_interval_args(mean), "gate": (ev.recovery or {}).get("verdict") or "no gates"},
         ))
     data = ModelCardData(
         base_model=base, library_name="transformers", pipeline_tag="text-generation", tags=tags,
@@ -173,10 +234,13 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     out: list[str] = [f"# {name.split('/')[-1]}", ""]
     method, scheme = convert.get("method"), convert.get("scheme")
     base_link = f"[{base}](https://huggingface.co/{base})" if base else (
-        f"`{(convert.get('source') or {}).get('ref') or MISSING}` (not a Hub model; base model unknown)")
+        f"`{_source_name(convert)}` (not a Hub model; base model unknown: `--base-model` names it)")
     if ev.convert:
         out.append(f"{method} ({scheme}) quantization of {base_link}, made with quantkit {__version__} "
                    f"({convert.get('backend') or MISSING} backend) and measured in vLLM.")
+        if provenance := baseline_provenance(ev.convert, ev.model):
+            out.append(f"Its source, and the baseline its recovery is measured against, is `{_source_name(convert)}`: "
+                       f"{provenance}.")
     else:
         out.append(f"Checkpoint `{ev.checkpoint.name}` ({'the unquantized baseline' if ev.variant == 'baseline' else 'no quantkit.json'}), "
                    f"measured in vLLM with quantkit {__version__}.")
@@ -210,7 +274,7 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
                 f"| group size | {convert.get('group_size') if convert.get('group_size') is not None else 'none (per channel)'} |",
                 f"| ignored layers | {', '.join(recipe.get('ignore') or []) or 'none'} |",
                 f"| calibration | {calib_text} |",
-                f"| source | `{(convert.get('source') or {}).get('ref') or MISSING}` ({(convert.get('source') or {}).get('fingerprint') or 'fingerprint missing'}) |",
+                f"| source | `{_source_name(convert)}` ({(convert.get('source') or {}).get('fingerprint') or 'fingerprint missing'}) |",
                 f"| quantized on | {hw.get('gpu') or hw.get('cpu') or MISSING} ({hw.get('cpu_count') or '?'} CPUs) in {_fmt(convert.get('wall_time_s'), 1)} s |",
                 f"| checkpoint size | {_size(convert.get('size_bytes'))} |", ""]
         for note in convert.get("notes") or []:
@@ -224,32 +288,53 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
 
     # accuracy
     out += ["## Accuracy", ""]
+    provenance = baseline_provenance(ev.convert, ev.model)
     if not rows:
         out += [f"No eval is stored for this checkpoint: accuracy is {MISSING}.", ""]
     else:
         er = ev.eval or {}
         server = er.get("server") or {}
         versions = er.get("versions") or {}
-        out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids, no chat template unless "
-                   f"noted) against vLLM {server.get('vllm_version') or MISSING}; recovery = quantized / baseline on the "
-                   "same protocol (baseline / quantized for perplexities), ± one standard error.")
-        out += ["", "| task | metric | n-shot | items | baseline | quantized | recovery |", "|---|---|---|---|---|---|---|"]
+        out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids) against vLLM "
+                   f"{server.get('vllm_version') or MISSING}. Recovery = quantized / baseline on the same items "
+                   "(baseline / quantized for perplexities), with its 95% interval from the paired per-item scores "
+                   "(delta method with their covariance; perplexity: documents resampled together, seeded).")
+        if provenance and ev.variant != "baseline":
+            out += ["", f"The baseline is {provenance}."]
+        elif provenance:
+            out += ["", f"This checkpoint is {provenance}."]
+        out += ["", "| task | metric | n-shot | items | baseline | quantized | recovery [95% interval] |",
+                "|---|---|---|---|---|---|---|"]
         for r in rows:
             items = f"{r['n_samples']} of {r['n_available']}" if r["n_samples"] is not None else MISSING
-            rec = _pm(r["recovery"], r["recovery_stderr"], 3) if ev.variant != "baseline" else "n/a (baseline)"
+            rec = fmt_ci(r["recovery"], r["recovery_low"], r["recovery_high"], missing=MISSING) if ev.variant != "baseline" else "n/a (baseline)"
+            if ev.variant != "baseline" and r["recovery"] is not None and not str(r.get("method") or "").startswith("paired"):
+                rec += " (independent: no per-item scores stored)"
             base_cell = _pm(r["baseline"], r["baseline_stderr"]) if ev.variant != "baseline" else "n/a"
             out.append(f"| {r['task']} | {_metric_name(r['metric'])} | {_fmt(r['n_shot'])} | {items} | "
                        f"{base_cell} | {_pm(r['quantized'], r['quantized_stderr'])} | {rec} |")
         out.append("")
         if ev.recovery:
-            out.append(f"Mean recovery over accuracy tasks: "
-                       f"{_pm(ev.recovery.get('mean_recovery'), ev.recovery.get('mean_recovery_stderr'), 3)}.")
-            for g in ev.recovery.get("gates", []):
-                out.append(f"- gate {g['gate']}{' ' + g['task'] if g.get('task') else ''}: "
-                           f"{_fmt(g.get('value'))} vs min {g['threshold']:g}: {'passed' if g['passed'] else 'FAILED'}")
-            out.append("")
+            mean = _mean_row(ev.recovery)
+            line = f"Mean recovery over accuracy tasks: {fmt_ci(mean['recovery'], mean['recovery_low'], mean['recovery_high'], missing=MISSING)}"
+            if mean["independent_stderr"] is not None and mean["recovery_stderr"] is not None:
+                line += (f" (paired stderr {mean['recovery_stderr']:.4f}; the same runs treated as independent would "
+                         f"give {mean['independent_stderr']:.4f})")
+            out += [line + ".", ""]
+            gates = [GateVerdict.model_validate(g) for g in ev.recovery.get("gates", [])]
+            if gates:
+                out.append(f"Gates ({ev.gates_source}): **{ev.recovery.get('verdict') or 'none'}**. A gate passes when "
+                           "the interval's lower bound reaches it, fails when its upper bound is below it, and is "
+                           "inconclusive otherwise.")
+                out.append("")
+            for g in gates:
+                out.append(f"- {g.gate}{' ' + g.task if g.task else ''}: "
+                           + (g.summary() if g.verdict == "pass" else f"{g.describe()}: {g.verdict}"))
+            if gates:
+                out.append("")
         elif ev.variant != "baseline":
             out += [f"Recovery is {MISSING}: no baseline eval on the same protocol is stored.", ""]
+        out += _protocol(ev, rows)
 
     # throughput / latency
     out += ["## Throughput and latency", ""]
@@ -287,6 +372,9 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
                       _fmt((p.get("e2e") or {}).get("p50"), 2)]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
+        operating = _operating_point(points, br)
+        if operating:
+            out += [operating, ""]
         if server.get("quant_lines"):
             out += ["Kernels vLLM chose: " + "; ".join(f"`{line}`" for line in server["quant_lines"]), ""]
 
@@ -308,6 +396,77 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
         for kind, r in (("baseline eval", ev.baseline_eval), ("baseline bench", ev.baseline_bench)):
             out.append(f"- {kind}: " + (f"run `{r.run_key}` (finished {r.finished_at or MISSING})" if r else MISSING))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 4)
+
+
+def _interval_words(row: dict[str, Any]) -> str:
+    low, high = row.get("recovery_low"), row.get("recovery_high")
+    if low is None or high is None:
+        return "no interval"
+    return f"95% interval {low:.4f} to {high:.4f}, {row.get('method') or 'method ' + MISSING}"
+
+
+def _interval_args(row: dict[str, Any]) -> dict[str, Any]:
+    return {"low": _round(row.get("recovery_low")), "high": _round(row.get("recovery_high")), "confidence": 0.95,
+            "method": row.get("method"), "items": row.get("n_items")}
+
+
+def _mean_row(recovery: dict[str, Any]) -> dict[str, Any]:
+    """The average's figures in a task row's keys."""
+    items = [t.get("n_items") for t in recovery.get("tasks", []) if t.get("higher_is_better", True)]
+    return {"recovery": recovery.get("mean_recovery"), "recovery_stderr": recovery.get("mean_recovery_stderr"),
+            "recovery_low": recovery.get("mean_recovery_low"), "recovery_high": recovery.get("mean_recovery_high"),
+            "method": recovery.get("mean_method"), "independent_stderr": recovery.get("mean_independent_stderr"),
+            "n_items": sum(items) if items and all(items) else None}
+
+
+def _protocol(ev: Evidence, rows: list[dict[str, Any]]) -> list[str]:
+    """The evaluation protocol, per task: what a reader needs to repeat the numbers."""
+    er = ev.eval or {}
+    protocol = er.get("protocol") or {}
+    out = ["### Evaluation protocol", "",
+           "| task | lm-eval task version | n-shot | items (limit) | chat template | BOS | data |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        data = r["data"]
+        source = " ".join(str(x) for x in (data.get("source"), data.get("template")) if x) or MISSING
+        limit = "all" if r["limit"] is None else r["limit"]
+        out.append(f"| {r['task']} | {_fmt(r['version'])} | {_fmt(r['n_shot'])} | {_fmt(r['n_samples'])} ({limit}) | "
+                   f"{'yes' if r['chat_template'] else 'no'} | {'yes' if r['add_bos_token'] else 'no'} | {source} |")
+    out.append("")
+    seeds = protocol.get("seeds") or {}
+    if seeds:
+        out += ["Seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()) + ".", ""]
+    for r in rows:
+        if r["growth"]:
+            g = r["growth"]
+            out.append(f"- {r['task']}: grown until its gate was decided: the first {r['limit']} items, then "
+                       f"{g.get('blocks')} block(s) of {g.get('step')} from a permutation of the rest seeded {g.get('seed')}.")
+        if data_note := r["data"].get("note"):
+            out.append(f"- {r['task']}: {' '.join(str(data_note).split())}")
+    if out[-1] != "":
+        out.append("")
+    return out
+
+
+def _operating_point(points: list[dict[str, Any]], bench: dict[str, Any]) -> str | None:
+    """The load this checkpoint was measured to sustain: the sweep's knee, else the highest load
+    with successful requests."""
+    ok = [p for p in points if p.get("successes")]
+    if not ok:
+        return None
+    knee = (bench.get("knee") or {}).get("knee")
+    chosen = next((p for p in ok if knee is not None and knee in (p.get("concurrency"), p.get("rate"))), None)
+    why = "the knee of the throughput curve"
+    if chosen is None:
+        chosen = max(ok, key=lambda p: (p.get("concurrency") or 0, p.get("rate") or 0))
+        why = "the highest load measured (no knee was searched)"
+    load = (f"concurrency {chosen.get('concurrency')}" if chosen.get("profile") == "concurrency"
+            else f"{chosen.get('rate')} requests/s")
+    return (f"Operating point ({why}): {load}, {_fmt(chosen.get('output_tok_s'), 1)} output tok/s, "
+            f"TTFT p95 {_ms(chosen.get('ttft'), 'p95')} ms, ITL p95 {_ms(chosen.get('itl'), 'p95')} ms.")
 
 
 def _px(p: dict[str, Any]) -> tuple:

@@ -18,7 +18,8 @@ from typing import Any
 
 from ..checkpoint import RECORD_FILE, method_of, weight_bytes
 from ..errors import UsageError
-from ..evals.gates import compare_to_baseline
+from ..models import BUILTIN_PROVENANCE
+from ..evals.gates import VERDICTS, GateVerdict, compare_to_baseline, overall_verdict
 from ..evals.results import EvalRun
 from ..store import Record, Store
 from .build import Variant, build_report
@@ -120,13 +121,29 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     variants = [variant_of(store, name, stages, baseline_eval, gates) for name, stages in by_variant.items()]
     recipe_hashes = sorted({s.recipe_hash for st in by_variant.values() for s in st.values() if s.recipe_hash})
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
-                          recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs)
+                          recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs,
+                          baseline_provenance=baseline_provenance(model, variants))
     out = Path(out_dir) if out_dir else Path("reports") / model
     paths = write_report(report, out)
-    verdicts = [v.recovery.get("passed") for v in variants if v.recovery and v.recovery.get("gates")]
+    gated = {row.name: row.gate for row in report.rows if row.gate in VERDICTS}
+    counts = {verdict: 0 for verdict in VERDICTS}
+    for v in variants:
+        for g in (v.recovery or {}).get("gates") or []:
+            counts[GateVerdict.model_validate(g).verdict] += 1
     return {"model": model, "paths": paths, "report": report,
-            "gates_passed": all(verdicts) if verdicts else None,
+            "gates_passed": (overall_verdict(list(gated.values())) == "pass") if gated else None,
+            "gate_verdict": overall_verdict(list(gated.values())), "verdicts": gated, "gate_counts": counts,
             "variants": [{"name": v.name, "status": v.status, "error": v.error} for v in variants]}
+
+
+def baseline_provenance(model: str | None, variants: list[Variant]) -> str | None:
+    """What the baseline is, when quantkit made it (the built-in demo model: dequantized from a
+    GGUF), from the conversions' source records, else the model's own name."""
+    for v in variants:
+        source = (v.convert or {}).get("source") or {}
+        if source.get("kind") == "builtin" and source.get("ref") in BUILTIN_PROVENANCE:
+            return f"{source['ref']}: {BUILTIN_PROVENANCE[source['ref']]}"
+    return f"{model}: {BUILTIN_PROVENANCE[model]}" if model in BUILTIN_PROVENANCE else None
 
 
 # ----------------------------------------------------------------------------------------------

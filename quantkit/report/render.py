@@ -42,6 +42,15 @@ def fmt_pm(value: float | None, stderr: float | None, digits: int = 4, missing: 
     return text + (f" ± {stderr:.{digits}f}" if stderr is not None else "")
 
 
+def fmt_ci(value: float | None, low: float | None, high: float | None, digits: int = 4,
+           missing: str = DASH) -> str:
+    """`0.8900 [0.8612, 0.9188]`: a value and its 95% interval (value alone when there is none)."""
+    if value is None:
+        return missing
+    text = f"{value:.{digits}f}"
+    return text + (f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else "")
+
+
 def fmt_bytes(n: int | None) -> str:
     if n is None:
         return DASH
@@ -100,16 +109,19 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}
-        recovery = fmt_pm(r.recovery, r.recovery_stderr) + (" (reference)" if r.gate == "reference" else "")
+        recovery = (fmt_ci(r.recovery, r.recovery_low, r.recovery_high) if r.gate != "reference"
+                    else fmt_pm(r.recovery, None) + " (reference)")
         gate = r.gate or DASH
-        if r.gate == "fail":
-            gate += ": " + "; ".join(d.removesuffix(" (failed)") for d in r.gate_detail if d.endswith(" (failed)"))
+        if r.gate in ("fail", "inconclusive"):
+            gate += ": " + "; ".join(d.removesuffix(f": {r.gate}") for d in r.gate_detail if d.endswith(f": {r.gate}"))
         acc_rows.append([r.name] + [_score(by_task.get(t)) for t in report.tasks]
                         + [recovery if r.recovery is not None else DASH, fmt(r.perplexity), gate,
                            "yes" if r.pareto else ""])
     out.append(("Accuracy", ["variant"] + report.tasks + ["recovery (mean)", "wikitext word ppl", "gate", "Pareto"],
-                acc_rows, "primary metric ± stderr per task; recovery = quantized / baseline on the same protocol, "
-                "averaged over accuracy tasks, ± delta-method stderr (conservative)"))
+                acc_rows, "primary metric ± stderr per task (each variant on its own items); recovery = quantized / "
+                "baseline on the same items, averaged over accuracy tasks, [95% interval] from the paired per-item "
+                "scores (delta method with their covariance); a gate passes when the interval's lower bound "
+                "reaches it, fails when the upper bound is below it, and is inconclusive otherwise"))
     out.append(("Batch-1 decode bound from memory bandwidth", ["variant", "weight bytes", "bandwidth (GB/s)",
                                                                  "bound tok/s", "measured tok/s c=1", "measured / bound"],
                 [[r.name, fmt_bytes(r.bound.weight_bytes), _bandwidth(r.bound), fmt(r.bound.max_tok_s),
@@ -119,7 +131,7 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 f"GPUs; bandwidth: {report.bandwidth_source}"))
     out.append(("Evaluation protocol", ["task", "version", "n-shot", "limit", "items", "chat template", "BOS",
                                         "primary metric", "data", "variants"],
-                [[p.task, p.version or DASH, _s(p.n_shot), _s(p.limit, "all"), _s(p.n_samples), _yn(p.chat_template),
+                [[p.task, p.version or DASH, _s(p.n_shot), _s(p.limit, "all"), _items(p), _yn(p.chat_template),
                   _yn(p.add_bos_token), p.primary_metric or DASH, p.data or DASH, ", ".join(p.variants)]
                  for p in report.protocol], None))
     workloads = []
@@ -137,6 +149,15 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 + report.bandwidth_source])
     out.append(("Environment", ["item", "value"], env, None))
     return out
+
+
+def _items(p: Any) -> str:
+    """Items scored: one number, or each variant's when results grew to different sizes."""
+    counts = {n for n in p.items.values() if n is not None}
+    if len(counts) <= 1:
+        return _s(p.n_samples)
+    text = ", ".join(f"{name} {n}" for name, n in p.items.items())
+    return text + (f" ({p.growth})" if p.growth else "")
 
 
 def _s(value: Any, none: str = DASH) -> str:

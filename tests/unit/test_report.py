@@ -17,7 +17,7 @@ from quantkit.measure.bench import BenchRun
 from quantkit.measure.search import KneeProbe, KneeResult
 from quantkit.serve.server import ServerInfo
 from quantkit.evals.gates import compare_to_baseline
-from quantkit.evals.results import DataInfo, EvalRun, Metric, TaskResult
+from quantkit.evals.results import DataInfo, EvalRun, ItemScores, Metric, TaskResult
 from quantkit.measure.point import BenchPoint, Stats
 from quantkit.checkpoint import ConvertRecord, SourceModel
 
@@ -57,7 +57,11 @@ def bench(model_dir: str, curve: dict[int, tuple[float, float, float]], knee: in
 
 
 def task(name: str, value: float, stderr: float | None, metric: str = "acc,none", higher: bool = True) -> TaskResult:
-    return TaskResult(
+    # accuracy tasks carry per-item scores as lm-eval logs them: the first round(100 value) items right
+    right = round(value * 100)
+    items = ItemScores(ids=[str(i) for i in range(100)], prompts=[f"{i:08x}" for i in range(100)],
+                       values={metric: [1] * right + [0] * (100 - right)}) if higher else None
+    return TaskResult(items=items,
         task=name, version="1.0", n_shot=0, limit=100, n_samples=100, n_available=1000,
         output_type="multiple_choice" if higher else "loglikelihood_rolling", chat_template=False,
         add_bos_token=False, data=DataInfo(source="offline", template=f"stock:{name}.yaml"),
@@ -97,7 +101,7 @@ def variants() -> list[R.Variant]:
     ]
     for name, scheme, group, size, tps, arc, piqa, ppl, knee in specs:
         run = eval_run(f"/models/m-{name}", arc, piqa, ppl)
-        rec = compare_to_baseline(run, base_eval, {"min_recovery": 0.98}, raise_on_fail=False)
+        rec = compare_to_baseline(run, base_eval, {"min_recovery": 0.96}, raise_on_fail=False)
         out.append(R.Variant(
             name=name, method=name, model_dir=f"/models/m-{name}",
             convert=convert(name, scheme, group, size, "pack-quantized" if group else "int-quantized"),
@@ -235,10 +239,12 @@ def test_markdown_has_every_method_with_numbers(variants):
     # arc 0.59 ± 0.05, piqa 0.69 ± 0.046; recovery = mean(0.59/0.6, 0.69/0.7)
     assert acc[1] == "0.5900 ± 0.0500" and acc[2] == "0.6900 ± 0.0460"
     rec = (0.59 / 0.6 + 0.69 / 0.7) / 2
-    assert acc[3].startswith(f"{rec:.4f} ± ")
+    assert acc[3].startswith(f"{rec:.4f} [0.9631, 1.0060]")  # the paired 95% interval
     assert acc[4] == "30.5"  # wikitext word perplexity, not an accuracy column
     assert acc[5] == "pass"
-    assert row("Accuracy", "awq")[5] == "fail: average recovery 0.9750 < 0.98"
+    assert row("Accuracy", "awq")[5].startswith("inconclusive: average recovery 0.9750 [0.9473, 1.0027] straddles "
+                                                "0.96; ~")
+    assert row("Accuracy", "awq")[5].endswith(" more items per task would likely decide it")
     assert row("Accuracy", "baseline")[3] == "1.0000 (reference)"
     bound = row("Batch-1 decode bound from memory bandwidth", "int8")
     assert bound[2] == "4,800" and bound[3] == R.fmt(4800e9 / 140_000_000) and bound[4] == "30.0"
