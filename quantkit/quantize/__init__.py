@@ -151,7 +151,7 @@ def _quantization_config(folder: Path) -> dict[str, Any] | None:
     if not isinstance(qc, dict):
         return None
     # the essentials only: the full config (with every layer's scheme) stays in config.json
-    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point")
+    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point", "sym")
     summary = {k: qc[k] for k in keys if k in qc}
     groups = qc.get("config_groups") or {}
     if groups:

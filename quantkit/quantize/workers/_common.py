@@ -77,4 +77,8 @@ def fix_quantization_config(folder, drop=(), set_values=None):
 
 def finish(started, *packages):
     """The last stdout line is the result quantkit reads."""
-    print(json.dumps({"quantize_time_s": time.monotonic() - started, "versions": versions(*packages)}))
+    import platform
+
+    # the same fields an llm-compressor record has: the python beside the packages
+    found = {**versions(*packages), "python": platform.python_version()}
+    print(json.dumps({"quantize_time_s": time.monotonic() - started, "versions": found}))
