@@ -45,7 +45,7 @@ def plan(
             f"backend '{backend}' does not do method '{chosen.method}' (it does: {', '.join(sorted(backend_cls.methods))})"
         )
     if hasattr(backend_cls, "check_machine"):  # e.g. AutoGPTQ without CUDA: refuse before anything starts
-        backend_cls.check_machine()
+        backend_cls.check_machine(chosen.method)
     resolved = models.resolve(model)
     models.check_causal_lm(resolved.path)  # a Hub download or a GGUF can be something else
     return resolved, chosen

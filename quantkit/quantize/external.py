@@ -59,6 +59,8 @@ class ExternalBackend:
     setup: BackendEnv
     worker: str = ""
     gpu_only_reason: str = ""
+    # methods this backend runs only with CUDA: method -> why, and what works on a CPU
+    gpu_only_methods: dict[str, str] = {}
 
     def python(self) -> Path:
         found = settings.backend_python(self.name)
@@ -70,13 +72,15 @@ class ExternalBackend:
         return found
 
     @classmethod
-    def check_machine(cls) -> None:
+    def check_machine(cls, method: str | None = None) -> None:
         """Refuse up front where the backend cannot run (before any output or environment is made)."""
         if not cls.setup.cpu_ok and not _has_cuda():
             raise SetupError(f"backend '{cls.name}' needs a CUDA GPU: {cls.gpu_only_reason}")
+        if method in cls.gpu_only_methods and not _has_cuda():
+            raise SetupError(f"backend '{cls.name}' does {method} only on a CUDA GPU: {cls.gpu_only_methods[method]}")
 
     def quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
-        self.check_machine()
+        self.check_machine(recipe.method)
         python = self.python()
         from transformers import AutoTokenizer
 
@@ -179,6 +183,9 @@ class GPTQModelBackend(ExternalBackend):
     name = "gptqmodel"
     methods = frozenset({"gptq", "awq"})
     worker = "gptqmodel_worker.py"
+    # seen here: 149 s of AWQ calibration on the 2-layer cut, then "ValueError: AWQ: CUDA is not available."
+    gpu_only_methods = {"awq": "GPTQModel 7.6 packs AWQ weights only with CUDA kernels (it fails after the whole "
+                               "calibration); on a CPU use --backend autoawq or the default llmcompressor"}
     # 7.6.0 is the newest GPTQModel whose requirements resolve with CPU torch 2.13.0 (FIELD-NOTES);
     # on 2 cores its loader pool needs GPTQMODEL_CPU_WORKERS=2 ("requests 2 workers but parent 'cpu'
     # only has 1")

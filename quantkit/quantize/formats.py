@@ -102,8 +102,9 @@ def check_quantization_flag(model_dir: Path, value: str | None, gpu: bool | None
     detail = ""
     if fmt.quant_method == "awq" and value in _AWQ_GPU_ALIASES:
         detail = " on a CPU build of vLLM"
+    article = "an" if fmt.name[:1].upper() in "AEIOU" else "a"
     raise UsageError(
-        f"{model_dir} is a {fmt.name} checkpoint (config.json quant_method '{fmt.quant_method}'); "
+        f"{model_dir} is {article} {fmt.name} checkpoint (config.json quant_method '{fmt.quant_method}'); "
         f"--quantization {value} does not fit it{detail}: use {listing}, or leave --quantization out (vLLM detects it)"
     )
 

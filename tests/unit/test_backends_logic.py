@@ -108,6 +108,15 @@ def test_auto_gptq_on_a_cpu_names_the_working_backend(tmp_path, tiny_llama_dir):
     assert not root.exists() and not (tmp_path / "o").exists()  # refused before building or writing anything
 
 
+def test_gptqmodel_awq_on_a_cpu_names_the_working_backends(tmp_path, tiny_llama_dir):
+    """GPTQModel 7.6 calibrates AWQ for minutes and then fails without CUDA: refused up front."""
+    proc = quantkit("convert", str(tiny_llama_dir), "--method", "awq", "--backend", "gptqmodel", "-o", str(tmp_path / "o"),
+                    env={"CUDA_VISIBLE_DEVICES": ""})
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1, proc.stderr
+    assert "backend 'gptqmodel' does awq only on a CUDA GPU" in lines[0] and "use --backend autoawq" in lines[0]
+
+
 def test_autogptq_worker_names_the_alternative_when_auto_gptq_cannot_import(tmp_path):
     """The main environment has transformers 5.x and no auto_gptq: the worker's real ImportError path."""
     spec = tmp_path / "spec.json"

@@ -6,7 +6,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import carry_options, finish, read_calibration, read_spec  # noqa: E402
+from _common import carry_options, fail, finish, read_calibration, read_spec  # noqa: E402
 
 # llm-compressor's option names -> GPTQModel's
 RENAMES = {"dampening_frac": "damp_percent"}
@@ -30,7 +30,13 @@ def main():
     samples = [{"input_ids": s["input_ids"], "attention_mask": s["attention_mask"]} for s in read_calibration(spec)]
     started = time.monotonic()
     model = GPTQModel.load(spec["model"], config)
-    model.quantize(samples, batch_size=1)
+    try:
+        model.quantize(samples, batch_size=1)
+    except ValueError as exc:  # 7.6's AWQ kernels: "AWQ: CUDA is not available." (quantkit refuses that earlier)
+        if "CUDA is not available" not in str(exc):
+            raise
+        fail(f"GPTQModel cannot pack {spec['method']} weights without CUDA ({exc}); on a CPU use --backend autoawq "
+             "for AWQ, or --method gptq")
     model.save(spec["out"])
     finish(started, "gptqmodel", "torch", "transformers")
 
