@@ -5,7 +5,11 @@ export QUANTKIT_DATA_DIR ?= $(SHARED_DATA)
 export HF_HUB_OFFLINE ?= 1
 export HF_DATASETS_OFFLINE ?= 1
 
-.PHONY: setup demo test test-unit
+# The external quantizers `make test-backends` runs end to end (each builds its own environment
+# first: quantkit setup --backend NAME). docs/BACKENDS.md has what each costs.
+TEST_BACKENDS ?= gptqmodel,autoawq,optimum,auto-gptq
+
+.PHONY: setup demo test test-unit test-backends
 
 setup:
 	scripts/setup.sh
@@ -13,8 +17,12 @@ setup:
 demo: setup
 	.venv/bin/quantkit demo
 
+# the backend tests need environments of their own (minutes each): `make test-backends` runs them
 test: setup
-	.venv/bin/python -m pytest -ra tests
+	.venv/bin/python -m pytest -ra tests --ignore=tests/integration/test_backends.py
 
 test-unit: setup
 	.venv/bin/python -m pytest -ra tests/unit
+
+test-backends: setup
+	QUANTKIT_TEST_BACKENDS=$(TEST_BACKENDS) .venv/bin/python -m pytest -ra tests/unit/test_backends_logic.py tests/integration/test_backends.py

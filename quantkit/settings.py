@@ -63,7 +63,8 @@ def backend_python(name: str) -> Path | None:
     executable), then the default venv `.venv-<name>` under venv_root() that `scripts/setup.sh`
     (vLLM) or `quantkit setup --backend NAME` creates.
     """
-    env_name = "QUANTKIT_VLLM" if name == "vllm" else f"QUANTKIT_{name.upper()}_PYTHON"
+    # auto-gptq -> QUANTKIT_AUTO_GPTQ_PYTHON: a shell variable name cannot hold a dash
+    env_name = "QUANTKIT_VLLM" if name == "vllm" else f"QUANTKIT_{name.upper().replace('-', '_')}_PYTHON"
     value = os.environ.get(env_name) or (
         os.environ.get("QUANTKIT_VLLM_PYTHON") if name == "vllm" else None
     )

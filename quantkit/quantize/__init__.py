@@ -45,6 +45,8 @@ def plan(
         raise UsageError(
             f"backend '{backend}' does not do method '{chosen.method}' (it does: {', '.join(sorted(backend_cls.methods))})"
         )
+    if hasattr(backend_cls, "check_machine"):  # e.g. AutoGPTQ without CUDA: refuse before anything starts
+        backend_cls.check_machine(chosen.method)
     # a ResolvedModel travels down as it is: resolving its path again would lose its provenance
     # (a built-in alias or Hub id would read as a local folder in quantkit.json)
     resolved = model if isinstance(model, models.ResolvedModel) else models.resolve(model)
@@ -154,7 +156,7 @@ def _quantization_config(folder: Path) -> dict[str, Any] | None:
     if not isinstance(qc, dict):
         return None
     # the essentials only: the full config (with every layer's scheme) stays in config.json
-    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point")
+    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point", "sym")
     summary = {k: qc[k] for k in keys if k in qc}
     groups = qc.get("config_groups") or {}
     if groups:

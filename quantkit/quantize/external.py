@@ -5,10 +5,16 @@ main environment (llm-compressor's pins), exactly as vLLM does not. quantkit the
 the calibration token ids itself, writes them to a JSONL file, and runs a small worker script
 (quantize/workers/<name>.py, standard library + that backend only) with the backend's python:
 QUANTKIT_<NAME>_PYTHON, or the `.venv-<name>` that `quantkit setup --backend NAME` creates.
+
+Each environment is installed from a lock file (workers/requirements-<name>.txt, a `pip freeze`
+of a build that quantized and served on this kind of machine) with --no-deps, so a fresh machine
+gets exactly the tested set. A worker that knows why it failed prints one `QUANTKIT_ERROR ...` line
+on stderr; quantkit reports that line instead of guessing from the traceback.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -30,14 +36,21 @@ from .base import BackendResult, meta_model, resolve_group_size
 WORKERS = Path(__file__).parent / "workers"
 
 
+ERROR_MARKER = "QUANTKIT_ERROR "
+STAMP = ".quantkit-stamp"
+
+
 @dataclass(frozen=True)
 class BackendEnv:
     """What `quantkit setup --backend NAME` installs (stacks seen working on a 2-core CPU box)."""
 
-    requirements: tuple[str, ...]
+    requirements: tuple[str, ...]  # the top-level pins; the lock file holds everything they pulled
     probe: str  # a module whose import proves the environment works
     cpu_ok: bool = True
     env: tuple[tuple[str, str], ...] = ()
+
+    def lock_file(self, name: str) -> Path:
+        return WORKERS / f"requirements-{name}.txt"
 
 
 class ExternalBackend:
@@ -46,6 +59,8 @@ class ExternalBackend:
     setup: BackendEnv
     worker: str = ""
     gpu_only_reason: str = ""
+    # methods this backend runs only with CUDA: method -> why, and what works on a CPU
+    gpu_only_methods: dict[str, str] = {}
 
     def python(self) -> Path:
         found = settings.backend_python(self.name)
@@ -56,9 +71,16 @@ class ExternalBackend:
             )
         return found
 
+    @classmethod
+    def check_machine(cls, method: str | None = None) -> None:
+        """Refuse up front where the backend cannot run (before any output or environment is made)."""
+        if not cls.setup.cpu_ok and not _has_cuda():
+            raise SetupError(f"backend '{cls.name}' needs a CUDA GPU: {cls.gpu_only_reason}")
+        if method in cls.gpu_only_methods and not _has_cuda():
+            raise SetupError(f"backend '{cls.name}' does {method} only on a CUDA GPU: {cls.gpu_only_methods[method]}")
+
     def quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
-        if not self.setup.cpu_ok and not _has_cuda():
-            raise SetupError(f"backend '{self.name}' needs a CUDA GPU: {self.gpu_only_reason}")
+        self.check_machine(recipe.method)
         python = self.python()
         from transformers import AutoTokenizer
 
@@ -100,14 +122,19 @@ class ExternalBackend:
                 cwd=work,  # GPTQModel writes a logs/ folder into its working directory
             )
         elapsed = time.monotonic() - started
-        (work / "worker.log").write_text(proc.stderr)
+        for line in proc.stderr.splitlines():
+            if line.startswith("quantkit: "):  # the worker's own notes (an option it could not carry over)
+                info(f"{self.name}: {line[len('quantkit: '):]}")
         if proc.returncode != 0:
+            known = worker_error(proc.stderr)
+            if known:
+                raise BackendError(f"{self.name}: {known}")
             reason = _last_error(proc.stderr) or f"exit code {proc.returncode}"
-            raise BackendError(f"{self.name} failed: {reason}")
+            raise BackendError(f"{self.name} failed: {reason} (log: {self._keep_log(proc.stderr)})")
         try:
             result = json.loads(proc.stdout.strip().splitlines()[-1])
         except (IndexError, json.JSONDecodeError):
-            raise BackendError(f"{self.name} worker printed no result; its log: {work / 'worker.log'}") from None
+            raise BackendError(f"{self.name} worker printed no result; its log: {self._keep_log(proc.stderr)}") from None
         shutil.rmtree(work, ignore_errors=True)
         peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
         info(f"{self.name} finished in {elapsed:.1f} s")
@@ -120,6 +147,14 @@ class ExternalBackend:
             notes=[f"quantized in a separate environment: {python}"],
         )
 
+    def _keep_log(self, text: str) -> Path:
+        """The worker's log, outside the output's temporary folder (removed when a convert fails)."""
+        logs = settings.home() / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        path = logs / f"{self.name}-worker-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
+        path.write_text(text)
+        return path
+
 
 def _has_cuda() -> bool:
     try:
@@ -128,6 +163,12 @@ def _has_cuda() -> bool:
         return torch.cuda.is_available()
     except ImportError:
         return False
+
+
+def worker_error(log: str) -> str | None:
+    """The one-line reason a worker gave for failing (its last QUANTKIT_ERROR line), if any."""
+    found = [line[len(ERROR_MARKER):].strip() for line in log.splitlines() if line.startswith(ERROR_MARKER)]
+    return found[-1] if found else None
 
 
 def _last_error(log: str) -> str:
@@ -142,7 +183,12 @@ class GPTQModelBackend(ExternalBackend):
     name = "gptqmodel"
     methods = frozenset({"gptq", "awq"})
     worker = "gptqmodel_worker.py"
-    # 7.6.0 is the newest GPTQModel whose requirements resolve with CPU torch 2.13.0 (FIELD-NOTES).
+    # seen here: 149 s of AWQ calibration on the 2-layer cut, then "ValueError: AWQ: CUDA is not available."
+    gpu_only_methods = {"awq": "GPTQModel 7.6 packs AWQ weights only with CUDA kernels (it fails after the whole "
+                               "calibration); on a CPU use --backend autoawq or the default llmcompressor"}
+    # 7.6.0 is the newest GPTQModel whose requirements resolve with CPU torch 2.13.0 (FIELD-NOTES);
+    # on 2 cores its loader pool needs GPTQMODEL_CPU_WORKERS=2 ("requests 2 workers but parent 'cpu'
+    # only has 1")
     setup = BackendEnv(
         requirements=("torch==2.13.0", "gptqmodel==7.6.0", "transformers==5.24.0"),
         probe="gptqmodel",
@@ -165,11 +211,11 @@ class AutoGPTQBackend(ExternalBackend):
     methods = frozenset({"gptq"})
     worker = "autogptq_worker.py"
     gpu_only_reason = (
-        "AutoGPTQ 0.7.1 refuses to quantize without CUDA and is archived upstream; "
-        "on a CPU use --backend gptqmodel or the default llmcompressor"
+        "AutoGPTQ 0.7.1 refuses to quantize without CUDA, imports only with transformers 4.57.x and "
+        "is archived upstream; on this machine use --backend gptqmodel (same GPTQ format) or the default llmcompressor"
     )
     setup = BackendEnv(
-        requirements=("auto-gptq==0.7.1", "transformers==4.57.6", "datasets==4.4.2", "peft==0.10.0"),
+        requirements=("torch==2.13.0", "auto-gptq==0.7.1", "transformers==4.57.6", "datasets==4.4.2", "peft==0.10.0"),
         probe="auto_gptq",
         cpu_ok=False,
     )
@@ -188,25 +234,41 @@ class OptimumBackend(ExternalBackend):
 
 
 def setup_backend(name: str) -> Path:
-    """Create `.venv-<name>` beside the main environment and install the backend's stack."""
+    """Create `.venv-<name>` under the venv root and install the backend's lock file into it.
+
+    A second run with the same lock file (its digest is stamped into the venv) only re-checks the
+    import. Returns the environment's python.
+    """
     from ..registry import BACKENDS
 
     backend_cls = BACKENDS.load(BACKENDS.check(name))
     if not issubclass(backend_cls, ExternalBackend):
         raise UsageError(f"backend '{name}' runs in the main environment; scripts/setup.sh installs it")
+    backend_cls.check_machine()  # an environment that cannot quantize on this machine is not worth minutes
+    spec = backend_cls.setup
+    lock = spec.lock_file(name)
     target = settings.venv_root() / f".venv-{name}"
     python = target / "bin" / "python"
-    spec = backend_cls.setup
-    if not python.exists():
-        with step(f"creating {target}"):
-            subprocess.run([sys.executable, "-m", "venv", str(target)], check=True)
-    with step(f"installing {', '.join(spec.requirements)} into {target} (minutes)"):
-        proc = subprocess.run([str(python), "-m", "pip", "install", "-q", *spec.requirements],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if proc.returncode != 0:
-        raise BackendError(f"installing {name} failed: {_last_error(proc.stdout)}")
+    digest = hashlib.sha256(lock.read_bytes()).hexdigest()[:16]
+    stamp = target / STAMP
+    if python.exists() and stamp.is_file() and stamp.read_text().strip() == digest:
+        info(f"{target} is up to date with {lock.name}")
+    else:
+        stamp.unlink(missing_ok=True)
+        if not python.exists():
+            with step(f"creating {target}"):
+                subprocess.run([sys.executable, "-m", "venv", str(target)], check=True,
+                               stdout=subprocess.DEVNULL)
+        # --no-deps: the lock file is a complete `pip freeze` of a working build, so pip installs
+        # exactly it instead of re-resolving against whatever PyPI offers today
+        with step(f"installing {', '.join(spec.requirements)} (locked in {lock.name}) into {target} (minutes)"):
+            proc = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", "-r", str(lock)],
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0:
+            raise BackendError(f"installing {name} from {lock.name} failed: {_last_error(proc.stdout)}")
     probe = subprocess.run([str(python), "-c", f"import {spec.probe}"], stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True, env={**os.environ, **dict(spec.env)})
+                           stderr=subprocess.PIPE, text=True, env={**os.environ, **dict(spec.env)}, cwd=target)
     if probe.returncode != 0:
         raise BackendError(f"{name} installed but `import {spec.probe}` fails: {_last_error(probe.stderr)}")
+    stamp.write_text(digest + "\n")
     return python

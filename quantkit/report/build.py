@@ -60,8 +60,8 @@ class Variant(BaseModel):
     method: str  # "bf16" (the source dtype) for the baseline, else the quant method
     model_dir: str
     convert: dict | None = None  # DIR/quantkit.json (ConvertRecord); None for the baseline
-    bench: dict | None = None  # a BenchRun JSON (quantkit/bench.py)
-    eval: dict | None = None  # an EvalRun JSON (quantkit/evals_core.py)
+    bench: dict | None = None  # a BenchRun JSON (quantkit/measure/bench.py)
+    eval: dict | None = None  # an EvalRun JSON (quantkit/evals/results.py)
     recovery: dict | None = None  # a RecoveryReport JSON against the baseline
     status: str = "done"  # "done" | "failed" | "partial"
     error: str | None = None  # why it failed (shown, never hidden)

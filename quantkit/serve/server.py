@@ -40,6 +40,8 @@ from .. import checkpoint, settings
 from ..console import begin_activity, end_activity, info as log_info, sigterm_as_interrupt, warn
 from ..errors import BackendError, UsageError
 from .config import ServeConfig
+from .formats import check_quantization_flag
+from ..machine import has_gpu
 from .env import check_port, free_port, serve_env, supported_architectures, vllm_command
 from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, parse_log
 
@@ -153,6 +155,7 @@ class VLLMServer:
             raise UsageError(f"model folder {self.model_dir} does not exist")
         # seconds here instead of a vLLM start that fails after a minute with a traceback
         checkpoint.validate(self.model_dir, supported_architectures(), weights=self.config.load_format != "dummy")
+        check_quantization_flag(self.model_dir, self.config.quantization, gpu=has_gpu())
         if self.port is None:
             self.port = free_port(self.host)
         else:

@@ -125,19 +125,6 @@ def test_force_replaces_a_finished_checkpoint(tiny_llama_dir, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rtn"]
 
 
-@pytest.mark.skipif(
-    __import__("quantkit.settings", fromlist=["x"]).backend_python("gptqmodel") is None,
-    reason="GPTQModel backend not set up here (quantkit setup --backend gptqmodel: ~5 min, not part of CI)",
-)
-def test_gptqmodel_backend_output_loads_in_vllm(tiny_llama_dir, tmp_path):
-    record = convert(str(tiny_llama_dir), "gptq", tmp_path / "gptqmodel", overrides={**SMALL_CALIB, "backend": "gptqmodel"})
-    assert record.backend == "gptqmodel" and record.group_size == 64
-    assert record.quantization_config["quant_method"] == "gptq"
-    assert record.versions.get("gptqmodel")
-    result = verify_in_vllm([Path(record.output_dir)])[0]
-    assert result["ok"] and result["quantization"] in ("gptq", "auto_gptq", "gptq_marlin"), result
-
-
 def test_verify_keeps_the_checkpoint_and_says_why_vllm_refused(tiny_llama_dir, tmp_path):
     out = tmp_path / "w8a16"
     proc = subprocess.run(

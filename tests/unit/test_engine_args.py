@@ -170,3 +170,20 @@ def test_server_that_logs_a_fatal_engine_error_but_hangs_fails_fast(tmp_path, mo
     pid = int((tmp_path / "pid").read_text())
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_quantization_flag_that_does_not_fit_the_checkpoint_fails_before_vllm_starts(tmp_path, monkeypatch):
+    from quantkit.errors import UsageError
+    from quantkit.serve import server as engine
+
+    model = tmp_path / "gptq-model"
+    model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], '
+                                       '"quantization_config": {"quant_method": "gptq", "bits": 4}}')
+    monkeypatch.setenv("QUANTKIT_VLLM", str(tmp_path / "vllm"))  # never run: the check comes first
+    (tmp_path / "vllm").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "vllm").chmod(0o755)
+    server = engine.VLLMServer(model, ServeConfig(quantization="awq", load_format="dummy"))
+    with pytest.raises(UsageError, match="--quantization awq does not fit it: use gptq"):
+        server.start()
+    assert server.proc is None

@@ -5,7 +5,10 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _common import finish, read_calibration, read_spec  # noqa: E402
+from _common import carry_options, finish, read_calibration, read_spec  # noqa: E402
+
+# keyword arguments of AutoAWQ's quantize() a recipe may set (llm-compressor's duo_scaling is one)
+QUANTIZE_OPTIONS = {"duo_scaling", "apply_clip", "max_chunk_memory"}
 
 
 def main():
@@ -13,14 +16,19 @@ def main():
     from awq import AutoAWQForCausalLM
     from transformers import AutoTokenizer
 
-    texts = [s["text"] for s in read_calibration(spec)]
+    samples = read_calibration(spec)
+    texts = [s["text"] for s in samples]
+    seq_len = max((len(s["input_ids"]) for s in samples), default=512)
     quant_config = {"zero_point": not spec["symmetric"], "q_group_size": spec["group_size"] or 128,
                     "w_bit": spec["bits"], "version": "GEMM"}
+    options = carry_options(spec.get("options"), QUANTIZE_OPTIONS, {}, "AutoAWQ's quantize()")
     started = time.monotonic()
     model = AutoAWQForCausalLM.from_pretrained(spec["model"])
     tokenizer = AutoTokenizer.from_pretrained(spec["model"])
-    model.quantize(tokenizer, quant_config=quant_config, calib_data=texts,
-                   n_parallel_calib_samples=1, max_calib_samples=len(texts))
+    # AutoAWQ joins the texts and cuts them into max_calib_seq_len blocks: the same block length
+    # as quantkit's samples keeps the calibration set the one quantkit.json describes
+    model.quantize(tokenizer, quant_config=quant_config, calib_data=texts, n_parallel_calib_samples=1,
+                   max_calib_samples=len(texts), max_calib_seq_len=seq_len, **options)
     model.save_quantized(spec["out"])
     tokenizer.save_pretrained(spec["out"])
     finish(started, "autoawq", "torch", "transformers")

