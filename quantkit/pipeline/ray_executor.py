@@ -307,4 +307,9 @@ def worker_env() -> dict[str, str]:
         env["QUANTKIT_DATA_DIR"] = str(Path(env["QUANTKIT_DATA_DIR"]).expanduser().absolute())
     # Ray forwards a worker's output line by line: rich should not wrap it at 80 columns
     env.setdefault("COLUMNS", os.environ.get("COLUMNS", "200"))
+    # A worker that dies (its node lost, a forced cancel) must not SIGKILL its children on the
+    # way out, as Ray does by default: that kills a vLLM server's API process alone and orphans
+    # its engine and workers. Left alone, the server gets SIGTERM from the kernel
+    # (PR_SET_PDEATHSIG) and vLLM stops its own children.
+    env["RAY_kill_child_processes_on_worker_exit"] = "0"
     return env
