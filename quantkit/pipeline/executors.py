@@ -9,10 +9,11 @@ elsewhere and vice versa).
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Protocol
 
 from ..console import OutputMode
-from ..errors import UsageError
+from ..errors import SetupError, UsageError
 from ..recipe import ExecutorSettings
 from ..store import Store
 from .stages import Lane, RunContext, RunSummary, run_lane
@@ -43,6 +44,9 @@ def choose(config: ExecutorSettings, kind: str | None = None, address: str | Non
         return LocalExecutor()
     if kind != "ray":
         raise UsageError(f"unknown executor '{kind}'; choices: local, ray")
+    if importlib.util.find_spec("ray") is None:
+        raise SetupError("--executor ray needs Ray in this environment: scripts/setup.sh main installs it "
+                         "(or pip install 'quantkit[ray]')")
     from .ray_executor import RayExecutor
 
     return RayExecutor(config.model_copy(update={"kind": "ray", "address": address or config.address}), output)
