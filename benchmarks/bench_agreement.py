@@ -27,7 +27,8 @@ from pathlib import Path
 
 from quantkit import models
 from quantkit.serve.config import ServeConfig
-from quantkit.serve.server import VLLMServer, serve_env, vllm_command
+from quantkit.serve.env import serve_env, vllm_command
+from quantkit.serve.server import VLLMServer
 
 
 def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int, alongside=None) -> dict:

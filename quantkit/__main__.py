@@ -9,9 +9,9 @@ from .cli import main
 try:
     main()
 except SystemExit as exc:
-    if exc.code != 130:
+    if exc.code not in (130, 143):
         raise
-    # Ctrl-C, already handled: clean-up ran and "interrupted" was printed. Under `python -m`,
+    # Ctrl-C or SIGTERM, already handled: clean-up ran and "interrupted" was printed. Under `python -m`,
     # CPython ends the process by SIGINT (returncode -2) instead of exiting 130 whenever a
     # KeyboardInterrupt once escaped an exec/eval of a source string (a dataclass or namedtuple
     # being built at that moment, inside a library), even though it was caught afterwards: a
@@ -19,4 +19,4 @@ except SystemExit as exc:
     atexit._run_exitfuncs()  # the vLLM server safety net and logging's flush, as at a normal exit
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(130)
+    os._exit(exc.code)

@@ -56,6 +56,9 @@ class ConvertRecord(BaseModel):
     notes: list[str] = Field(default_factory=list)
     # `--verify`: did vLLM (which build) load the checkpoint and generate? None = not checked.
     vllm_check: dict[str, Any] | None = None
+    # `quantkit run`: the run key and store that own this folder (None for `quantkit convert`);
+    # a run replaces a folder only when its own key made it (checkpoint ownership)
+    owner: dict[str, str] | None = None
 
     def write(self, folder: Path) -> Path:
         path = Path(folder) / RECORD_FILE
@@ -114,22 +117,24 @@ def _config_quant_method(folder: Path) -> str | None:
     return (qc or {}).get("quant_method") if isinstance(qc, dict) else None
 
 
-def check_causal_lm(path: Path) -> dict:
-    """The checkpoint's config, or a one-line reason it is not a loadable causal LM."""
+def check_causal_lm(path: Path, weights: bool = True) -> dict:
+    """The checkpoint's config, or a one-line reason it is not a loadable causal LM (`weights`
+    False: a config-only folder, as `--load-format dummy` serves)."""
     config_file = path / "config.json"
     if not config_file.is_file():
         raise UsageError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
     try:
         config = json.loads(config_file.read_text())
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        raise UsageError(f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno}); "
+                         "fix it, or re-download or re-convert the checkpoint") from None
     architectures = config.get("architectures") or []
     if not any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
         raise UsageError(
             f"{path} is not a causal language model (architectures: {architectures or 'none'}); "
             "quantkit converts decoder LLMs (*ForCausalLM)"
         )
-    if not any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir()):
+    if weights and not any(p.suffix in WEIGHT_SUFFIXES for p in path.iterdir()):
         raise UsageError(f"{path} has a config but no weight files (*.safetensors / *.bin)")
     return config
 
@@ -164,3 +169,60 @@ def fingerprint(path: Path) -> str:
     value = "sha256:" + digest.hexdigest()
     cache_file.write_text(value)
     return value
+
+
+def validate(folder: Path, architectures: set[str] | None = None, weights: bool = True) -> dict:
+    """Check a checkpoint in seconds, before a server or a quantizer spends minutes on it: the
+    config parses and names an architecture (one of `architectures`, when the serving
+    environment's list is known), and every safetensors file has a readable header and all the
+    bytes that header promises, and holds every tensor its index names. Returns the config."""
+    folder = Path(folder)
+    config = check_causal_lm(folder, weights)
+    if architectures:
+        unknown = [a for a in config.get("architectures") or [] if a not in architectures]
+        if unknown:
+            raise UsageError(f"{folder}/config.json names architecture {', '.join(unknown)}, which is not supported "
+                             "by this vLLM; check the config, or use a vLLM build that has it")
+    if not weights:
+        return config
+    files = sorted(folder.glob("*.safetensors"))
+    tensors: set[str] = set()
+    for path in files:
+        tensors |= _safetensors_names(path)
+    index_file = folder / "model.safetensors.index.json"
+    if index_file.is_file():
+        try:
+            weight_map = json.loads(index_file.read_text()).get("weight_map") or {}
+        except (ValueError, AttributeError) as exc:
+            raise UsageError(f"{index_file} is not valid JSON ({exc}); re-download or re-convert the checkpoint") from None
+        missing_files = sorted({f for f in weight_map.values() if not (folder / f).is_file()})
+        if missing_files:
+            raise UsageError(f"{folder} lacks {', '.join(missing_files[:3])} named by its safetensors index; "
+                             "the checkpoint is incomplete: re-download or re-convert it")
+        missing = sorted(set(weight_map) - tensors)
+        if missing:
+            raise UsageError(f"{folder}: {len(missing)} tensors of its index are in no safetensors file "
+                             f"(e.g. {missing[0]}); re-download or re-convert it")
+    return config
+
+
+def _safetensors_names(path: Path) -> set[str]:
+    """The tensor names of a safetensors file, after checking its header and its length."""
+    size = path.stat().st_size
+    problem = None
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else -1
+            if length <= 0 or 8 + length > size:
+                problem = "its header is cut short"
+            else:
+                header = json.loads(fh.read(length))
+                ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
+                if 8 + length + max(ends, default=0) > size:
+                    problem = f"it holds {size:,} bytes of the {8 + length + max(ends):,} its header promises"
+    except (ValueError, KeyError, TypeError, IndexError):
+        problem = "its header is not valid safetensors JSON"
+    if problem:
+        raise UsageError(f"{path} is truncated or damaged ({problem}); re-download or re-convert the checkpoint")
+    return {k for k in header if k != "__metadata__"}

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -32,8 +33,16 @@ from rich.markup import escape
 from . import settings
 from .errors import QuantkitError
 
-stderr = Console(stderr=True, highlight=False)
-stdout = Console(highlight=False, soft_wrap=True)
+def _width(stream) -> int | None:
+    """A terminal's own width; piped output is not hard-wrapped (log paths, keys stay whole)."""
+    try:
+        return None if stream.isatty() else 4096
+    except (AttributeError, ValueError):
+        return 4096
+
+
+stderr = Console(stderr=True, highlight=False, width=_width(sys.stderr))
+stdout = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 
 
 @dataclass
@@ -56,31 +65,86 @@ def warn(message: str) -> None:
 def step(message: str) -> Iterator[None]:
     """A spinner on stderr for a long step, then the step's wall time."""
     start = time.monotonic()
-    if stderr.is_terminal:
-        with stderr.status(message):
+    with activity(message):
+        if stderr.is_terminal:
+            with stderr.status(message):
+                yield
+        else:
+            info(f"{message} ...")
             yield
-    else:
-        info(f"{message} ...")
-        yield
     info(f"{message}: done in {time.monotonic() - start:.1f} s")
 
 
+# ----------------------------------------------------------------------------------------------
+# Interrupts: say at once what is being stopped; name the partial results kept
+
 _OWNER_PID = os.getpid()
+_ACTIVE: dict[int, str] = {}  # what is running that an interrupt stops (a server, a step)
+_PARTIAL: list[str] = []  # result files that keep what finished, named when a run is interrupted
+_SIGNAL: list[int] = []  # the signal that interrupted us (SIGINT or SIGTERM), for the exit code
 
 
-def sigterm_as_interrupt(signum, frame) -> None:  # noqa: ARG001
-    """SIGTERM takes Ctrl-C's clean-up path: temporary folders are removed and child processes
-    (vLLM servers) are stopped by the context managers that own them.
+def begin_activity(what: str) -> int:
+    """Something an interrupt stops (`the vLLM server for X`), named the moment Ctrl-C lands;
+    returns the token that `end_activity` takes."""
+    token = len(_ACTIVE) and max(_ACTIVE) + 1
+    _ACTIVE[token] = what
+    return token
 
-    A worker forked later (lm-eval's bootstrap pool, a datasets map) inherits this handler and
-    is ended by its parent with SIGTERM; there it stays a plain, quiet death instead of a
-    KeyboardInterrupt traceback printed from inside the library.
-    """
+
+def end_activity(token: int | None) -> None:
+    if token is not None:
+        _ACTIVE.pop(token, None)
+
+
+@contextlib.contextmanager
+def activity(what: str) -> Iterator[None]:
+    token = begin_activity(what)
+    try:
+        yield
+    finally:
+        end_activity(token)
+
+
+def partial_result(path: str | Path) -> None:
+    """A file that keeps what finished so far; an interrupt's closing line names it."""
+    if str(path) not in _PARTIAL:
+        _PARTIAL.append(str(path))
+
+
+def interrupt_handler(signum, frame) -> None:  # noqa: ARG001
+    """SIGINT and SIGTERM: say what is being stopped, then unwind through the context managers
+    that own it (servers, temporary folders) as KeyboardInterrupt. A second signal while they
+    clean up is handled the same way (and kills what is left: see VLLMServer.stop)."""
     if os.getpid() != _OWNER_PID:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
+        # a worker forked later (lm-eval's bootstrap pool, a datasets map) inherits this handler;
+        # there it stays a plain, quiet death instead of a KeyboardInterrupt traceback
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
         return
+    first = not _SIGNAL
+    _SIGNAL.append(signum)
+    if first:
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        doing = "; ".join(reversed(list(_ACTIVE.values())))
+        try:
+            stderr.print(f"[bold red]{name}[/bold red]: stopping" + (f" {escape(doing)}" if doing else "") + " ...",
+                         soft_wrap=True, highlight=False)
+        except Exception:  # never let the message stop the clean-up
+            pass
     raise KeyboardInterrupt
+
+
+def interrupted_exit_code() -> int:
+    """130 after Ctrl-C, 143 after SIGTERM (128 + the signal), as shells expect."""
+    return 128 + (_SIGNAL[0] if _SIGNAL else signal.SIGINT)
+
+
+
+
+def sigterm_as_interrupt(signum, frame) -> None:
+    """Kept for callers that install a SIGTERM handler themselves (VLLMServer outside the CLI)."""
+    interrupt_handler(signum, frame)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,8 +164,11 @@ def log_path() -> Path:
     """This process's log file (created on first use)."""
     global _LOG
     if _LOG is None:
+        from .files import prune
+
         folder = settings.home() / "logs"
         folder.mkdir(parents=True, exist_ok=True)
+        prune(folder, "quantkit-*.log", settings.keep_logs() - 1)
         _LOG = folder / f"quantkit-{datetime.now().strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
     return _LOG
 
@@ -145,6 +212,10 @@ def library_output(what: str) -> Iterator[None]:
     try:
         yield
     except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            # the library's threads may go on logging while the interrupt unwinds (lm-eval's
+            # "Session is closed ... retrying"): this process is ending, so they stay silent
+            logging.disable(logging.CRITICAL)
         if isinstance(exc, Exception) and getattr(exc, "log_file", None) is None:
             try:
                 exc.log_file = str(path)  # run_command names it in the one-line error
@@ -193,13 +264,36 @@ def emit(result: Any, mode: OutputMode, human: Callable[[Any], None] | None = No
         stdout.print(json.dumps(to_jsonable(result), indent=2))
 
 
-def fail(message: str, code: int, exc: BaseException | None = None) -> None:
+def fail(message: str, code: int, exc: BaseException | None = None, mode: OutputMode | None = None) -> None:
+    """One line on stderr (and, with --json, `{"error", "exit_code"}` on stdout), then exit."""
     log = getattr(exc, "log_file", None)
     if log and log not in message:
         last = last_relevant_line(Path(log))
         message += f" (library log: {log}" + (f"; its last line: {last}" if last and last not in message else "") + ")"
+    if mode is not None and mode.json:
+        payload: dict[str, Any] = {"error": message, "exit_code": code}
+        if getattr(exc, "result", None) is not None:  # what was computed before the failure
+            payload["result"] = to_jsonable(exc.result)
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        sys.stdout.flush()
     stderr.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
     raise SystemExit(code)
+
+
+def os_error_line(exc: OSError) -> str:
+    """An environment failure in one line: what, which path, what to do."""
+    import errno
+
+    where = f" {exc.filename}" if exc.filename else ""
+    remedy = {
+        errno.ENOSPC: "free some space or point QUANTKIT_HOME / the output option at another disk",
+        errno.EACCES: "choose a folder you can write to (or fix its permissions)",
+        errno.EPERM: "choose a folder you can write to (or fix its permissions)",
+        errno.EROFS: "the file system is read-only: choose another folder",
+        errno.ENOENT: "check that the path exists",
+    }.get(exc.errno or 0, "check the path and the disk")
+    what = exc.strerror or " ".join(str(exc).split())[:300] or type(exc).__name__
+    return f"{what}:{where}; {remedy}"
 
 
 def run_command(fn: Callable[[], Any], mode: OutputMode, human: Callable[[Any], None] | None = None) -> None:
@@ -209,17 +303,27 @@ def run_command(fn: Callable[[], Any], mode: OutputMode, human: Callable[[Any], 
     except QuantkitError as exc:
         if settings.debug():
             stderr.print_exception()
-        fail(exc.one_line(), exc.exit_code, exc)
+        fail(exc.one_line(), exc.exit_code, exc, mode)
     except KeyboardInterrupt:
-        stderr.print("[bold red]interrupted[/bold red]: nothing finished after the last saved result")
-        raise SystemExit(130)
+        code = interrupted_exit_code()
+        kept = f"; what finished is kept in {', '.join(_PARTIAL)} (the record says interrupted)" if _PARTIAL else ""
+        line = f"interrupted: nothing finished after the last saved result{kept}"
+        if mode.json:
+            sys.stdout.write(json.dumps({"error": line, "exit_code": code}) + "\n")
+        stderr.print(f"[bold red]interrupted[/bold red]: nothing finished after the last saved result{escape(kept)}",
+                     soft_wrap=True, highlight=False)
+        raise SystemExit(code)
+    except OSError as exc:  # the environment: a full disk, an unwritable folder
+        if settings.debug():
+            stderr.print_exception()
+        fail(os_error_line(exc), 1, exc, mode)
     except Exception as exc:  # an unexpected bug: still one line, traceback on demand
         if settings.debug():
             stderr.print_exception()
         fail(
             f"{type(exc).__name__}: {' '.join(str(exc).split())[:500]} "
             "(set QUANTKIT_DEBUG=1 for the traceback)",
-            1, exc,
+            1, exc, mode,
         )
     else:
         emit(result, mode, human)

@@ -15,6 +15,7 @@ class QuantkitError(Exception):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        self.result = None  # what was computed before the failure (--json prints it with the error)
 
     def one_line(self) -> str:
         text = " ".join(self.message.split())

@@ -55,3 +55,18 @@ def read_jsonl(path: Path) -> list[Any]:
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{number}: not JSON ({exc.msg})") from None
     return rows
+
+
+def prune(folder: Path, pattern: str, keep: int) -> list[Path]:
+    """Delete all but the `keep` newest files matching `pattern` in `folder` (logs); the removed."""
+    if keep < 0 or not Path(folder).is_dir():
+        return []
+    files = sorted(Path(folder).glob(pattern), key=lambda p: p.stat().st_mtime, reverse=True)
+    removed = []
+    for path in files[keep:]:
+        try:
+            path.unlink()
+            removed.append(path)
+        except OSError:
+            pass  # another process's log still being written, or already gone
+    return removed

@@ -61,3 +61,25 @@ def package_versions(*names: str) -> dict[str, str]:
         except metadata.PackageNotFoundError:
             pass
     return versions
+
+
+def load_limits(concurrency: int) -> list[str]:
+    """What on this machine caps a load test of `concurrency` streams, with the fix: the open-file
+    limit (each stream holds a socket in the client and one in a local server) and the listen
+    backlog a burst of new connections meets (net.core.somaxconn)."""
+    import resource
+
+    problems = []
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 2 * concurrency + 256  # both ends on one host, plus files, pipes and the runtime's own
+    if soft != resource.RLIM_INFINITY and soft < need:
+        problems.append(f"the open-file limit is {soft} but {concurrency} concurrent streams need about {need}: "
+                        f"raise it (`ulimit -n {max(need, 4096)}`" + (f", hard limit {hard})" if hard != resource.RLIM_INFINITY else ")"))
+    try:
+        somaxconn = int(Path("/proc/sys/net/core/somaxconn").read_text().strip())
+    except (OSError, ValueError):
+        somaxconn = None
+    if somaxconn is not None and somaxconn < concurrency:
+        problems.append(f"net.core.somaxconn is {somaxconn}, below {concurrency} concurrent connections: new "
+                        f"connections may be refused or delayed; raise it (`sysctl -w net.core.somaxconn={max(concurrency, 4096)}`)")
+    return problems

@@ -317,6 +317,14 @@ def load_run(path: str | Path) -> RunRecipe:
             raise UsageError(f"run recipe {path} does not exist (built-in: demo)")
     else:
         text, source = p.read_text(), str(p)
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = None  # parse_model reports it with file:line
+    if isinstance(data, dict) and "kind" not in data and ("method" in data or "scheme" in data):
+        raise UsageError(f"{source} is a method recipe (one quantization method); `quantkit run` wants a run recipe "
+                         f"(kind: run, model:, methods:); convert with it: quantkit convert MODEL --recipe {source}, "
+                         "or see recipes/runs/demo.yaml")
     run = parse_model(text, source, RunRecipe, "a run recipe")
     for entry in run.methods:
         try:

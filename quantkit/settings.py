@@ -74,6 +74,9 @@ def backend_python(name: str) -> Path | None:
             if not found:
                 raise SetupError(f"{env_name}={value} does not exist; point it at a python or executable")
             path = Path(found)
+        if not path.is_file() or not os.access(path, os.X_OK):
+            raise SetupError(f"{env_name}={value} is not an executable file; point it at a python or executable "
+                             "(e.g. .venv-vllm/bin/python)")
         return path
     candidate = venv_root() / f".venv-{name}" / "bin" / "python"
     return candidate if candidate.exists() else None
@@ -87,3 +90,12 @@ def venv_root() -> Path:
 
 def main_python() -> str:
     return sys.executable
+
+
+def keep_logs() -> int:
+    """How many log files of each kind (quantkit's, vLLM's) the home keeps (QUANTKIT_KEEP_LOGS)."""
+    value = os.environ.get("QUANTKIT_KEEP_LOGS", "50")
+    try:
+        return max(1, int(value))
+    except ValueError:
+        raise SetupError(f"QUANTKIT_KEEP_LOGS={value} is not a number; give how many log files to keep (e.g. 50)") from None

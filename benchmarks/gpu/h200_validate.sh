@@ -54,7 +54,8 @@ TP2_ARGS=${TP2_ARGS-'--serve-arg=compilation-config={"pass_config":{"fuse_allred
 
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
-# quantkit as its wheel lays it out (recipes/ and evals/ inside the package), without a build
+# quantkit as its wheel lays it out (recipes/ and evals/ inside the package, as quantkit/recipes and
+# quantkit/eval_tasks), without a build
 QK_SITE=$Q/site-qk
 QK_QUANT=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE python3 -P -m quantkit)
 QK_VLLM=(env PYTHONPATH=/tmp/site-vllm:$QK_SITE PATH=/tmp/site-vllm/bin:$PATH python3 -P -m quantkit)
@@ -161,7 +162,7 @@ random)
   ;;
 start)
   rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
-    && cp -r evals $QK_SITE/quantkit/evals
+    && cp -r evals $QK_SITE/quantkit/eval_tasks
   echo "$1" > $Q/deadline
   setsid nohup env TP2="$TP2" SMOLLM2="$SMOLLM2" BENCH0="$BENCH0" BENCH1="$BENCH1" CONVERT0="$CONVERT0" \
     CONVERT1="$CONVERT1" EXTRA0="$EXTRA0" EXTRA1="$EXTRA1" TP2_ARGS="$TP2_ARGS" \

@@ -12,7 +12,7 @@ import sys
 import typer
 
 from .. import __version__
-from ..console import sigterm_as_interrupt
+from ..console import interrupt_handler
 
 app = typer.Typer(
     name="quantkit",
@@ -20,6 +20,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # plain help: whole option names at any width, flags without a `<bool>` placeholder
+    rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
@@ -46,12 +48,32 @@ from . import eval as _eval  # noqa: E402,F401
 from . import run as _run  # noqa: E402,F401
 from . import runs as _runs  # noqa: E402,F401
 from . import push as _push  # noqa: E402,F401
+from . import admin as _admin  # noqa: E402,F401
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+    """The console script: signals take the clean-up path; usage errors are one line (exit 2)."""
+    # typer 0.29 (pinned) vendors click as typer._click: its parser raises these, not click's
+    from typer._click import exceptions as click
+
+    signal.signal(signal.SIGTERM, interrupt_handler)
+    signal.signal(signal.SIGINT, interrupt_handler)
     try:
-        app()
-    except KeyboardInterrupt:
+        code = app(standalone_mode=False)
+    except click.NoArgsIsHelpError as exc:
+        print(exc.ctx.get_help() if exc.ctx else "quantkit --help")
+        code = 0
+    except click.UsageError as exc:
+        where = exc.ctx.command_path if exc.ctx else "quantkit"
+        message = " ".join(exc.format_message().split()).rstrip(".")
+        sys.stderr.write(f"error: {message}; see `{where} --help`\n")
+        code = 2
+    except typer.Abort:
         sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        code = 130
+    except KeyboardInterrupt:  # an interrupt outside a command body (while importing, parsing)
+        from ..console import interrupted_exit_code
+
+        sys.stderr.write("interrupted\n")
+        code = interrupted_exit_code()
+    sys.exit(code if isinstance(code, int) else 0)

@@ -23,6 +23,29 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on suc
 
 PANEL = "vLLM serving options"
 
+# Numbers and ports are checked where they are parsed (typer's min/max): a bad value is a usage
+# error (exit 2) before anything starts.
+Port = Annotated[Optional[int], typer.Option("--port", min=1, max=65535, help="Port for the server (default: a free one).")]
+StartupTimeout = Annotated[float, typer.Option("--startup-timeout", min=1.0, help="Seconds to wait for the server to become ready.")]
+
+
+def positive_list(text: Optional[str], cast: Callable[[str], Any], name: str) -> Optional[list]:
+    """`1,4,16` -> [1, 4, 16]: every item a positive number; an empty item (`1,,4`) is an error."""
+    if text is None:
+        return None
+    from ..errors import UsageError
+
+    items = [x.strip() for x in text.split(",")]
+    try:
+        values = [cast(x) for x in items]
+    except ValueError:
+        values = None
+    if not items or values is None or any(x == "" for x in items):
+        raise UsageError(f"bad {name} '{text}': expected comma-separated numbers like 1,4,16")
+    if any(v <= 0 for v in values):
+        raise UsageError(f"bad {name} '{text}': every value must be positive")
+    return values
+
 
 def mode(json: bool, quiet: bool) -> OutputMode:
     return OutputMode(json=json, quiet=quiet)

@@ -8,8 +8,8 @@ from typing import List, Optional
 import typer
 from rich.table import Table
 
-from ..console import run_command, stdout
-from ..errors import GateFailed
+from ..console import emit, run_command, stdout
+from ..errors import BackendError, GateFailed
 from . import app
 from .options import Json, Quiet, mode
 
@@ -31,10 +31,21 @@ def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet
     def body():
         summary = run_pipeline(recipe, force=force, report_dir=report_dir, executor=executor, address=address,
                                output=mode(json, quiet))
-        if summary.gates_passed is False and enforce_gates:
-            if not (json or quiet):
-                _print_summary(summary)
-            raise GateFailed(f"a gate failed; see {summary.report.get('md')} (every result is stored)")
+        failed = [o for o in summary.outcomes if o.status == "failed"]
+        gate_failed = summary.gates_passed is False and enforce_gates
+        if (failed or gate_failed) and not json:
+            # the summary (and the report) first: the error line is the last thing said
+            emit(summary, mode(json, quiet), _print_summary)
+        error = None
+        if failed:  # a pipeline that gates on quantkit must not pass when a stage did not run
+            what = "; ".join(f"{o.variant} {o.kind}: {o.error}" for o in failed)
+            error = BackendError(f"{len(failed)} stage(s) failed ({what}); the other results are stored"
+                                 + (f", report {summary.report.get('md')}" if summary.report else ""))
+        elif gate_failed:
+            error = GateFailed(f"a gate failed; see {summary.report.get('md')} (every result is stored)")
+        if error is not None:
+            error.result = summary  # --json prints it inside the error object
+            raise error
         return summary
 
     run_command(body, mode(json, quiet), _print_summary)

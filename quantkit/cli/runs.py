@@ -17,21 +17,25 @@ app.add_typer(runs_app, name="runs")
 
 
 @runs_app.command("ls")
-def runs_ls(model: Optional[str] = typer.Option(None, "--model", "-m"),
-            kind: Optional[str] = typer.Option(None, "--kind", help="convert, bench or eval."),
-            status: Optional[str] = typer.Option(None, "--status"), json: Json = False, quiet: Quiet = False) -> None:
-    """List stored records."""
+def runs_ls(model: Optional[str] = typer.Option(None, "--model", "-m", help="Only this model's records."),
+            kind: Optional[str] = typer.Option(None, "--kind", help="Only this stage: convert, bench, eval or tune."),
+            status: Optional[str] = typer.Option(None, "--status", help="Only this status: done, failed, interrupted, running or missing."),
+            json: Json = False, quiet: Quiet = False) -> None:
+    """List stored records (a converted checkpoint whose folder is gone shows as missing)."""
     from ..store import Store
 
     def body():
         with Store() as store:
-            return [r.summary() for r in store.records(model=model, kind=kind, status=status)]
+            rows = [r.summary() for r in store.records(model=model, kind=kind,
+                                                       status=None if status == "missing" else status)]
+        return [r for r in rows if status is None or r["status"] == status]
 
     def human(rows):
+        whole = not stdout.is_terminal  # piped: whole keys and errors, for the next program
         table = Table("key", "model", "variant", "stage", "status", "finished", "error")
         for r in rows:
-            table.add_row(r["run_key"][:10], r["model"], r["variant"], r["kind"], r["status"],
-                          r["finished_at"] or "", (r["error"] or "")[:60])
+            table.add_row(r["run_key"] if whole else r["run_key"][:10], r["model"], r["variant"], r["kind"],
+                          r["status"], r["finished_at"] or "", (r["error"] or "") if whole else (r["error"] or "")[:60])
         stdout.print(table)
 
     run_command(body, mode(json, quiet), human)

@@ -11,32 +11,15 @@ from rich.table import Table
 
 from ..console import run_command, stderr, stdout
 from . import app
-from .options import Json, Quiet, ServingOptions, mode, serving_options
-
-PORT = typer.Option(None, "--port", help="Port for the server (default: a free one).")
-STARTUP = typer.Option(600.0, "--startup-timeout", help="Seconds to wait for the server to become ready.")
-
-def _csv(text: Optional[str], cast, name: str):
-    if text is None:
-        return None
-    from ..errors import UsageError
-
-    try:
-        values = [cast(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"bad {name} '{text}': expected comma-separated numbers like 1,4,16") from None
-    if not values:
-        raise UsageError(f"bad {name} '{text}': no values")
-    return values
-
+from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, positive_list, serving_options
 
 @app.command()
 @serving_options
 def serve(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
-    port: Optional[int] = PORT,
+    port: Port = None,
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
-    startup_timeout: float = STARTUP,
+    startup_timeout: StartupTimeout = 600.0,
     json: Json = False, quiet: Quiet = False,
     serve: ServingOptions = None,
 ) -> None:
@@ -72,19 +55,19 @@ def bench(
     concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c", help="Comma-separated concurrencies (default 1,4,16)."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Comma-separated Poisson request rates (req/s)."),
     sweep: bool = typer.Option(False, "--sweep", help="Find the knee: the concurrency past which throughput stops paying."),
-    sweep_max: int = typer.Option(128, "--sweep-max", help="Highest concurrency a --sweep may try."),
-    input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (exact)."),
-    output_len: int = typer.Option(64, "--output-len", help="Generated tokens per request (exact: ignore_eos)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests per point (default 4 x concurrency, min 8)."),
+    sweep_max: int = typer.Option(128, "--sweep-max", min=1, help="Highest concurrency a --sweep may try."),
+    input_len: int = typer.Option(128, "--input-len", min=1, help="Prompt tokens (exact)."),
+    output_len: int = typer.Option(64, "--output-len", min=1, help="Generated tokens per request (exact: ignore_eos)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", min=1, help="Requests per point (default 4 x concurrency, min 8)."),
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="JSONL file of prompts (field prompt/text/messages) instead of random ones."),
     api: str = typer.Option("completions", "--api", help="completions or chat."),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05 (seconds; ms suffix allowed)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),
-    warmup: int = typer.Option(2, "--warmup", help="Warm-up requests before measuring (excluded)."),
+    warmup: int = typer.Option(2, "--warmup", min=0, help="Warm-up requests before measuring (excluded)."),
     url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
-    port: Optional[int] = PORT,
-    startup_timeout: float = STARTUP,
+    port: Port = None,
+    startup_timeout: StartupTimeout = 600.0,
     json: Json = False, quiet: Quiet = False,
     serve: ServingOptions = None,
 ) -> None:
@@ -97,7 +80,7 @@ def bench(
         if api not in ("completions", "chat"):
             raise UsageError(f"--api must be completions or chat, not '{api}'")
         return run_bench(
-            model_dir, concurrency=_csv(concurrency, int, "--concurrency"), rate=_csv(rate, float, "--rate"),
+            model_dir, concurrency=positive_list(concurrency, int, "--concurrency"), rate=positive_list(rate, float, "--rate"),
             sweep=sweep, sweep_max=sweep_max, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
             url=url, config=serve.config(), port=port, slo=parse_slo(slo), seed=seed, warmup_requests=warmup,
             dataset=dataset, api=api, startup_timeout=startup_timeout, out_dir=results_dir,
@@ -179,7 +162,7 @@ def tune(
     output_len: int = typer.Option(64, "--output-len", help="Generated tokens per request (exact)."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests per configuration."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts."),
-    startup_timeout: float = STARTUP,
+    startup_timeout: StartupTimeout = 600.0,
     json: Json = False, quiet: Quiet = False,
     serve: ServingOptions = None,
 ) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .. import checkpoint, settings
-from ..console import info, library_output, step, warn
+from ..console import info, library_output, partial_result, step, warn
 from ..errors import BackendError, UsageError
 from ..machine import package_versions
 from ..serve.config import ServeConfig
@@ -375,6 +375,7 @@ def run_eval(server: Server, plan: EvalPlan) -> EvalRun:
                                           time.monotonic() - t0))
             run.wall_time_s = round(time.monotonic() - plan.started, 2)
             run.write(plan.results_path)  # after every task: a crash keeps what finished
+            partial_result(plan.results_path)
             primary = run.tasks[-1].primary
             info(f"{spec.name}: {run.tasks[-1].primary_metric} = {primary.value:.4f}"
                  + (f" ± {primary.stderr:.4f}" if primary.stderr is not None else ""))
@@ -397,10 +398,16 @@ def evaluate(model_dir: str | Path, tasks: str | list[str], *, url: str | None =
     """The standalone command: check and load everything, then serve, evaluate, record in the store."""
     from ..store import Store, standalone
 
-    plan = prepare(model_dir, tasks, **options)
     config = serve or ServeConfig(**EVAL_SERVE_DEFAULTS)
+    resolve(tasks, options.get("limit"), options.get("num_fewshot"))  # a task typo first: the cheapest check
+    folder = Path(model_dir).expanduser().resolve()
+    opening = open_server(folder, url, config)  # --url answers, before the tasks load
+    if url is None and folder.is_dir():
+        from ..serve.env import supported_architectures
+
+        checkpoint.validate(folder, supported_architectures(), weights=config.load_format != "dummy")
+    plan = prepare(model_dir, tasks, **options)
     with plan.cleaned_on_failure(), Store() as store, contextlib.ExitStack() as stack:
-        opening = open_server(plan.model_dir, url, config)
         if url:
             server = stack.enter_context(opening)
         else:

@@ -45,10 +45,10 @@ from typing import Any, Callable
 from pydantic import BaseModel, Field
 
 from .. import checkpoint, settings
-from ..console import info
+from ..console import info, partial_result, warn
 from ..errors import BackendError, UsageError
 from ..files import atomic_write_json
-from ..machine import hardware
+from ..machine import hardware, load_limits
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
 from .loadgen import Target, run_point, warmup
@@ -92,6 +92,18 @@ def results_dir(model_dir: Path) -> Path:
     except OSError:
         pass
     return settings.home() / "bench" / model_dir.name
+
+
+def writable_dir(folder: Path) -> Path:
+    """`folder`, created; a one-line usage error naming it when it cannot be written."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK)
+    except OSError as exc:
+        raise UsageError(f"cannot write results to {folder} ({exc.strerror}); choose a writable --results-dir") from None
+    if not writable:
+        raise UsageError(f"cannot write results to {folder} (permission denied); choose a writable --results-dir")
+    return folder
 
 
 def stamp() -> str:
@@ -190,18 +202,24 @@ def run_bench(
             raise BackendError(f"{run.error}; {len(run.points)} points kept (the last one partial) in {run.path}")
         return point
 
-    if sweep:
-        def knee_measure(c):
-            p = measure(c=int(c))
-            return p.output_tok_s, (p.slo_met is not False) and p.failures == 0
+    try:
+        if sweep:
+            def knee_measure(c):
+                p = measure(c=int(c))
+                return p.output_tok_s, (p.slo_met is not False) and p.failures == 0
 
-        run.knee = find_knee(knee_measure, lo=1, hi=sweep_max)
-    elif rate:
-        for r in rate:
-            measure(r=r)
-    else:
-        for c in concurrency:
-            measure(c=c)
+            run.knee = find_knee(knee_measure, lo=1, hi=sweep_max)
+        elif rate:
+            for r in rate:
+                measure(r=r)
+        else:
+            for c in concurrency:
+                measure(c=c)
+    except KeyboardInterrupt:
+        run.error = "interrupted"  # the points before the one in flight are kept, and say so
+        run.write()
+        partial_result(run.path)
+        raise
     run.complete = True
     run.write()
     info(f"results: {run.path}")
@@ -218,8 +236,16 @@ def bench(model_dir: Path, *, url: str | None = None, config: ServeConfig | None
     model_dir = Path(model_dir).expanduser().absolute()
     if not model_dir.is_dir():
         raise UsageError(f"model folder {model_dir} does not exist")
-    check_loads(options.get("concurrency"), options.get("rate"), options.get("sweep", False),
-                options.get("output_len", 64))
+    loads = check_loads(options.get("concurrency"), options.get("rate"), options.get("sweep", False),
+                        options.get("output_len", 64))
+    # the checkpoint and the export folder, before the tokenizer and long before a server
+    if url is None:
+        checkpoint.validate(model_dir, weights=(config or ServeConfig()).load_format != "dummy")
+    else:
+        checkpoint.check_causal_lm(model_dir, weights=False)
+    options["out_dir"] = writable_dir(Path(options["out_dir"]) if options.get("out_dir") else results_dir(model_dir))
+    for problem in load_limits(max(loads or [options.get("sweep_max", 128) if options.get("sweep") else 0])):
+        warn(problem)
     # Build prompts before starting the server: a bad dataset or tokenizer fails in a second.
     prompts = PromptSource(model_dir, input_len, seed=seed, dataset=dataset, api=api)
     with Store() as store, open_server(model_dir, url, config, port=port, startup_timeout=startup_timeout) as server:

@@ -86,6 +86,8 @@ def parse_slo(text: str | None) -> Slo | None:
         if not sep:
             raise UsageError(f"bad --slo term '{item}': {_SLO_SYNTAX}")
         metric, _, stat = key.partition("_")
+        if not stat:
+            raise UsageError(f"bad --slo term '{item}': '{key}' names no statistic; {_SLO_SYNTAX}")
         if metric == "e2el":
             metric = "e2e"
         if metric not in METRICS:

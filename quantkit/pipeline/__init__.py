@@ -18,6 +18,7 @@ from .. import __version__, machine, models
 from ..console import OutputMode
 from ..recipe import load_run
 from ..store import Store
+from .checks import check_model, check_plan
 from .executors import Executor, choose
 from .stages import Lane, RunContext, RunSummary, StageOutcome
 
@@ -31,9 +32,11 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     a Ray cluster's); `output` is the command's output mode (the Ray executor's progress view)."""
     started = time.monotonic()
     plan = load_run(recipe_path)
+    check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
     chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
     model = models.resolve(plan.model)
-    from ..serve.server import installed_vllm_version
+    check_model(model)
+    from ..serve.env import installed_vllm_version
 
     ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version(),
                      common={"hardware": machine.fingerprint(), "quantkit": __version__})

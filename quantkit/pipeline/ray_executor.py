@@ -29,16 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import __version__, checkpoint, settings
+from .. import __version__, settings
 from ..console import OutputMode, info, warn
 from ..errors import BackendError, QuantkitError, SetupError, UsageError
 from ..recipe import ExecutorSettings
-from ..serve.server import free_port
+from ..serve.env import free_port
 from ..store import Store
 from .progress import LaneView
-from .ray_lane import finished, planned_stages, run_variant
+from .ray_lane import converted, finished, method_folder, planned_stages, run_variant
 from .ray_store import StoreActor
-from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, convert_key, run_lane
+from .stages import Lane, RunContext, RunSummary, StageOutcome, convert_key, run_lane
 
 CANCEL_GRACE_S = 30.0  # Ctrl-C: how long lanes get to stop their servers before they are killed
 POLL_S = 0.5  # how often the progress view asks the store actor for news
@@ -116,13 +116,13 @@ class RayExecutor:
                         outcomes[lane.label] = done.outcomes
                         view.apply({"event": "lane", "variant": lane.label, "status": "done earlier", "t": time.time()})
                         continue
-                    ray.get(actor.plan.remote(lane.label, planned_stages(ctx, lane)[0]))
+                    ray.get(actor.plan.remote(lane.label, planned_stages(ctx, lane, store)[0]))
                     options = dict(request, name=f"quantkit:{lane.label}", max_retries=self.config.max_retries,
                                    retry_exceptions=False)
                     node = preferred_node(ray, ctx, lane, store)
                     if node is not None:
                         options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node, soft=True)
-                    pending[task.options(**options).remote(ctx, lane, actor, __version__)] = lane.label
+                    pending[task.options(**options).remote(ctx, lane, actor, str(store.path), __version__)] = lane.label
                     self.timings["lanes"][lane.label] = {"submitted": time.time()}
                     view.apply({"event": "lane", "variant": lane.label, "status": "queued", "t": time.time()})
                 self.wait(ray, pending, actor, view, outcomes)
@@ -290,7 +290,7 @@ def preferred_node(ray, ctx: RunContext, lane: Lane, store: Store) -> str | None
     if lane.entry is None or ctx.force:
         return None
     done = store.done(convert_key(ctx, lane.entry))
-    if done is None or checkpoint.ConvertRecord.read(checkpoint_dir(ctx, lane.entry)) is not None:
+    if done is None or converted(method_folder(ctx, lane, store)):
         return None
     node_id = (done.params.get("node") or {}).get("ray_node_id")
     return node_id if node_id in {n["NodeID"] for n in alive_nodes()} else None

@@ -17,16 +17,27 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from .. import __version__, checkpoint, machine, models
 from ..errors import QuantkitError, SetupError
 from ..store import Store
 from .ray_store import RemoteStore, this_node
-from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, convert_key, measure_keys, run_lane
+from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, convert_key, measure_keys, owned_dir, run_lane
 
 
-def planned_stages(ctx: RunContext, lane: Lane) -> tuple[list[dict[str, Any]], bool]:
+def method_folder(ctx: RunContext, lane: Lane, store) -> Path:
+    """Where run_lane keeps (or will make) a method's checkpoint: its key's own folder."""
+    return owned_dir(checkpoint_dir(ctx, lane.entry), convert_key(ctx, lane.entry), store)
+
+
+def converted(folder: Path) -> bool:
+    """A finished checkpoint is here: run_lane skips (or adopts) its conversion."""
+    return (folder / checkpoint.RECORD_FILE).is_file() and checkpoint.ConvertRecord.read(folder) is not None
+
+
+def planned_stages(ctx: RunContext, lane: Lane, store) -> tuple[list[dict[str, Any]], bool]:
     """(stages, complete): each stage's kind, key and the record fields it would have; complete is
     False when a method's checkpoint is not visible from here (its measurement keys hang on it)."""
     stages: list[dict[str, Any]] = []
@@ -35,8 +46,8 @@ def planned_stages(ctx: RunContext, lane: Lane) -> tuple[list[dict[str, Any]], b
         quant = lane.entry.quant_recipe()
         stages.append({"kind": "convert", "key": convert_key(ctx, lane.entry),
                        "params": {"recipe": quant.canonical(), **ctx.common}})
-        folder = checkpoint_dir(ctx, lane.entry)
-        if checkpoint.ConvertRecord.read(folder) is None:
+        folder = method_folder(ctx, lane, store)
+        if not converted(folder):
             return [dict(s, model=ctx.model.name, variant=lane.label) for s in stages], False
     for kind, key in measure_keys(ctx, checkpoint.fingerprint(folder)):
         stages.append({"kind": kind, "key": key, "params": {"checkpoint": str(folder)}})
@@ -47,7 +58,7 @@ def finished(ctx: RunContext, lane: Lane, store: Store) -> bool:
     """Every stage of the lane is done and its checkpoint is here: run_lane would only skip."""
     if ctx.force:
         return False
-    stages, complete = planned_stages(ctx, lane)
+    stages, complete = planned_stages(ctx, lane, store)
     return complete and all(store.done(s["key"]) for s in stages)
 
 
@@ -62,13 +73,13 @@ def localize(model: models.ResolvedModel, node: str) -> models.ResolvedModel:
                          "storage every node mounts at the same path, or name it by a Hub id") from None
 
 
-def run_variant(ctx: RunContext, lane: Lane, actor, driver_version: str) -> dict[str, Any]:
+def run_variant(ctx: RunContext, lane: Lane, actor, store_path: str, driver_version: str) -> dict[str, Any]:
     """The Ray task of one lane: its outcomes (and when its body started and ended, on this node's
     clock) come back to the driver; its records went to the driver's store as they happened."""
     import ray
 
     started = time.time()
-    store = RemoteStore(actor, lane.label)
+    store = RemoteStore(actor, lane.label, store_path)
     ray.get(actor.lane_started.remote(lane.label, store.node))
     if __version__ != driver_version:
         raise SetupError(f"node {store.node['name']} runs quantkit {__version__}, the driver {driver_version}: "
@@ -77,9 +88,9 @@ def run_variant(ctx: RunContext, lane: Lane, actor, driver_version: str) -> dict
     if ctx.plan.serve.distributed_executor_backend == "ray":
         # vLLM places its own tensor/pipeline-parallel workers on this cluster
         os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
-    store.plan(planned_stages(ctx, lane)[0])
+    store.plan(planned_stages(ctx, lane, store)[0])
     # once the checkpoint exists on this node, the measurement keys are known
-    store.after_finish = lambda kind: kind == "convert" and store.plan(planned_stages(ctx, lane)[0])
+    store.after_finish = lambda kind: kind == "convert" and store.plan(planned_stages(ctx, lane, store)[0])
     summary = RunSummary(recipe="", model=ctx.model.name)
     run_lane(ctx, lane, store, summary)
     return {"outcomes": summary.outcomes, "started": started, "ended": time.time()}
@@ -88,7 +99,7 @@ def run_variant(ctx: RunContext, lane: Lane, actor, driver_version: str) -> dict
 def node_facts() -> dict[str, Any]:
     """What a node would put in run keys: quantkit and vLLM versions, hardware (the whole node's,
     not the GPUs Ray lent this probe)."""
-    from ..serve.server import installed_vllm_version
+    from ..serve.env import installed_vllm_version
 
     os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     return {"node": this_node(), "quantkit": __version__, "vllm": installed_vllm_version(),

@@ -124,8 +124,9 @@ class RemoteStore:
     """What a lane on a Ray worker uses as its store: every call is answered by the driver's
     `StoreActor` before it returns. Records it begins name this node (params["node"])."""
 
-    def __init__(self, actor, lane: str):
+    def __init__(self, actor, lane: str, path: str):
         self.actor, self.lane, self.node = actor, lane, this_node()
+        self.path = path  # the driver's store (checkpoints name the store that owns them)
         self.kinds: dict[int, str] = {}  # record id -> stage kind, of the records begun here
         self.after_finish: Callable[[str | None], Any] | None = None  # called with the kind of a finished stage
 

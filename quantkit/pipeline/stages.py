@@ -94,20 +94,30 @@ def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: Ru
 
     quant = entry.quant_recipe()
     key = convert_key(ctx, entry)
-    out = checkpoint_dir(ctx, entry)
-    if store.done(key) and not ctx.force and checkpoint.ConvertRecord.read(out) is not None:
-        info(f"[{entry.label()}] convert: done earlier ({key[:10]}), skipped")
+    out = owned_dir(checkpoint_dir(ctx, entry), key, store)
+    existing = checkpoint.ConvertRecord.read(out) if (out / checkpoint.RECORD_FILE).is_file() else None
+    if existing is not None and not ctx.force:
+        if not store.done(key):  # made by this key for another store: the same weights, adopted
+            info(f"[{entry.label()}] convert: {out} was made by the same recipe for another store; reused")
+            store.finish(store.begin(key, "convert", ctx.model.name, entry.label(),
+                                     {"recipe": quant.canonical(), **ctx.common, "adopted": True},
+                                     recipe_hash=quant.hash()),
+                         existing.model_dump(mode="json"), str(out / checkpoint.RECORD_FILE))
+        else:
+            info(f"[{entry.label()}] convert: done earlier ({key[:10]}), skipped")
         summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="skipped", run_key=key))
         return out
     t0 = time.monotonic()
     try:
         with store.stage(key, "convert", ctx.model.name, entry.label(), {"recipe": quant.canonical(), **ctx.common},
                          recipe_hash=quant.hash()) as rec:
-            # the output folder is the pipeline's own: a leftover from a killed run is replaced
+            # `out` is this key's own folder (owned_dir): replacing it (a leftover of a killed run,
+            # or --force) never touches a checkpoint that another run or store relies on
             record = convert(ctx.model, entry.method, out, recipe=entry.recipe, force=True,
                              overrides={"num_samples": entry.num_samples, "seq_len": entry.seq_len,
                                         "calib": entry.calib, "group_size": entry.group_size,
-                                        "backend": entry.backend})
+                                        "backend": entry.backend},
+                             owner={"run_key": key, "store": str(getattr(store, "path", ""))})
             rec.finish(record.model_dump(mode="json"), str(out / checkpoint.RECORD_FILE))
     except QuantkitError as exc:
         warn(f"[{entry.label()}] convert failed: {exc.one_line()}; the other methods go on")
@@ -117,6 +127,27 @@ def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: Ru
     summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="done", run_key=key,
                                          seconds=round(time.monotonic() - t0, 1)))
     return out
+
+
+def owned_dir(folder: Path, key: str, store: Store) -> Path:
+    """`folder` if it is free or this key's own; else the sibling named after the key. A folder
+    another run key made (or one quantkit did not make) is never replaced or deleted."""
+    if not folder.exists():
+        return folder
+    try:
+        record = checkpoint.ConvertRecord.read(folder)
+    except (ValueError, OSError):
+        record = None
+    if record is not None and (record.owner or {}).get("run_key") == key:
+        return folder
+    done = store.done(key)
+    if record is not None and record.owner is None and done is not None and (done.result or {}).get("output_dir") == str(folder):
+        return folder  # made by this store before folders named their owner
+    if record is None and not any(folder.iterdir()):
+        return folder  # an empty folder holds nothing to lose
+    beside = folder.with_name(f"{folder.name}-{key[:8]}")
+    warn(f"{folder} belongs to another run (or was not made by quantkit); writing {beside.name} beside it")
+    return beside
 
 
 def measure_stages(ctx: RunContext, label: str, folder: Path, store: Store, summary: RunSummary) -> None:

@@ -60,6 +60,7 @@ def convert(
     overrides: dict[str, Any] | None = None,
     force: bool = False,
     verify: bool = False,
+    owner: dict[str, str] | None = None,
 ) -> ConvertRecord:
     started = time.monotonic()
     resolved, chosen = plan(model, method, recipe, overrides)
@@ -100,6 +101,7 @@ def convert(
             size_bytes=0,
             output_dir=str(out),
             notes=result.notes,
+            owner=owner,
         )
         record.size_bytes = dir_size(tmp)
         record.wall_time_s = round(time.monotonic() - started, 2)
@@ -120,7 +122,7 @@ def _verify(record: ConvertRecord, out: Path) -> None:
 
     with step("checking that vLLM loads and generates from it"):
         result = verify_in_vllm([out])[0]
-    from ..serve.server import installed_vllm_version
+    from ..serve.env import installed_vllm_version
 
     result["vllm"] = installed_vllm_version()
     record.vllm_check = result

@@ -170,12 +170,6 @@ def _norm(path: str | Path | None) -> Path | None:
         return None
 
 
-def _record_dir(r: Record) -> Path | None:
-    if r.kind == "convert":
-        return _norm((r.result or {}).get("output_dir"))
-    return _norm(r.params.get("checkpoint"))
-
-
 def _newest(records: list[Record]) -> Record | None:
     # the newest record of a stage decides (a later failed eval is not hidden by an older success),
     # except that a later 'running' row of a live or killed process does not replace a finished one
@@ -187,7 +181,7 @@ def evidence_for(store: Store, checkpoint: Path) -> Evidence:
     """The store's records of CHECKPOINT (a folder; paths compared after resolving)."""
     checkpoint = _norm(checkpoint) or Path(checkpoint)
     ev = Evidence(checkpoint=checkpoint)
-    mine = [r for r in store.records() if _record_dir(r) == checkpoint]
+    mine = [r for r in store.records() if r.checkpoint_dir() == checkpoint]
     if mine:
         ev.model, ev.variant = mine[-1].model, mine[-1].variant
         mine = [r for r in mine if r.model == ev.model]

