@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,7 @@ class RayExecutor:
                 info(f"Ray: a local instance with {ray.cluster_resources().get('CPU', 0):.0f} CPUs, "
                      f"{ray.cluster_resources().get('GPU', 0):.0f} GPUs")
             else:
+                reachable(self.address)  # Ray itself retries an address that answers nothing for minutes
                 ray.init(address=self.address, **options)
                 info(f"Ray: joined the cluster at {self.address} ({len(alive_nodes())} nodes)")
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -260,6 +262,18 @@ class RayExecutor:
             info(f"Ray: the lanes' nodes ({hardware.get('gpu') or hardware.get('cpu')}, vLLM {vllm}) are not this "
                  "driver's; run keys name theirs")
             ctx.common["hardware"], ctx.vllm = hardware, vllm
+
+
+def reachable(address: str) -> None:
+    """A Ray head listens at HOST:PORT, or a one-line setup error at once."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--address {address}: give the Ray head as HOST:PORT (e.g. 10.0.0.1:6379)")
+    try:
+        socket.create_connection((host, int(port)), timeout=10).close()
+    except OSError as exc:
+        raise SetupError(f"no Ray cluster answers at {address} ({exc.strerror or exc}); start its head with "
+                         f"`ray start --head --port {port}` or give the right --address") from None
 
 
 def alive_nodes() -> list[dict[str, Any]]:

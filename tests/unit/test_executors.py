@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from quantkit.console import OutputMode
-from quantkit.errors import UsageError
+from quantkit.errors import SetupError, UsageError
 from quantkit.pipeline.executors import LocalExecutor, choose
 from quantkit.pipeline.progress import LaneView, figure
-from quantkit.pipeline.ray_executor import RayExecutor, lane_nodes, worker_env
+from quantkit.pipeline.ray_executor import RayExecutor, lane_nodes, reachable, worker_env
 from quantkit.pipeline.ray_store import StoreActor
 from quantkit.recipe import ExecutorSettings, RunRecipe, parse_model
 
@@ -40,6 +40,15 @@ def test_choose_executor():
         choose(ExecutorSettings(), kind="dask")
     with pytest.raises(UsageError, match="Ray Client addresses are not supported"):
         choose(ExecutorSettings(), address="ray://head:10001")
+
+
+def test_an_address_that_answers_nothing_fails_at_once():
+    from quantkit.serve.env import free_port
+
+    with pytest.raises(SetupError, match="no Ray cluster answers at 127.0.0.1:"):
+        reachable(f"127.0.0.1:{free_port()}")
+    with pytest.raises(UsageError, match="give the Ray head as HOST:PORT"):
+        reachable("headnode")
 
 
 def test_lane_nodes_refuses_a_lane_no_node_can_hold():
