@@ -52,12 +52,13 @@ class OutputMode:
 
 
 def info(message: str) -> None:
-    """A progress line on stderr (never on stdout, which carries data)."""
-    stderr.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {message}")
+    """A progress line on stderr (never on stdout, which carries data). The message is plain text:
+    a `[variant]` prefix or a path with brackets is printed as it is, not read as rich markup."""
+    stderr.print(f"[dim]{time.strftime('%H:%M:%S')}[/dim] {escape(message)}")
 
 
 def warn(message: str) -> None:
-    stderr.print(f"[yellow]warning:[/yellow] {message}")
+    stderr.print(f"[yellow]warning:[/yellow] {escape(message)}")
 
 
 @contextlib.contextmanager

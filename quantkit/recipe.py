@@ -5,8 +5,9 @@ built-in ones live in the repository's `recipes/` folder (shipped as the data pa
 `quantkit.recipes`); `quantkit recipes` lists them and `--recipe NAME_OR_PATH` runs one.
 
 A run recipe (`recipes/runs/*.yaml`, `quantkit run`) is the matrix: a model, its baseline and
-methods, serving knobs, bench and eval settings, gates. `load_run` validates all of it up front.
-Both derive from one strict base model: an unknown key is an error with a did-you-mean.
+methods, serving knobs, bench and eval settings, gates, and the executor that runs it. `load_run`
+validates all of it up front. Both derive from one strict base model: an unknown key is an error
+with a did-you-mean.
 """
 
 from __future__ import annotations
@@ -276,6 +277,23 @@ class EvalSettings(Strict):
     grow: GrowSettings | None = None
 
 
+class ExecutorSettings(Strict):
+    """Who runs the lanes (`quantkit run --executor`). Not part of any run key: the same stages give
+    the same records whichever executor ran them, so a run can be finished by another one."""
+
+    kind: Literal["local", "ray"] = "local"
+    # a Ray cluster (`HEAD:6379`); None = $RAY_ADDRESS, else a Ray instance started on this machine
+    address: str | None = None
+    # what one lane (one variant's chain) asks of Ray: None = 1 CPU, or on a GPU cluster
+    # tensor x pipeline parallel size GPUs (none when vLLM places its own workers through Ray)
+    num_cpus: float | None = Field(None, ge=0)
+    num_gpus: float | None = Field(None, ge=0)
+    memory_gb: float | None = Field(None, gt=0)
+    resources: dict[str, float] = Field(default_factory=dict)  # custom Ray resources, e.g. {lane: 1}
+    # a lane whose node (or worker process) was lost is run again this many times, then failed
+    max_retries: int = Field(1, ge=0)
+
+
 class RunRecipe(Strict):
     kind: Literal["run"] = "run"
     name: str
@@ -288,6 +306,7 @@ class RunRecipe(Strict):
     eval: EvalSettings | None = Field(default_factory=EvalSettings)
     gates: Gates = Field(default_factory=Gates)
     bandwidth_gbs: float | None = None
+    executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
 
 
 def load_run(path: str | Path) -> RunRecipe:

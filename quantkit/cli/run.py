@@ -30,11 +30,12 @@ def _print_summary(summary) -> None:
 
 
 def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool,
-         enforce_gates: bool = True) -> None:
+         enforce_gates: bool = True, executor: Optional[str] = None, address: Optional[str] = None) -> None:
     from ..pipeline import run as run_pipeline
 
     def body():
-        summary = run_pipeline(recipe, force=force, report_dir=report_dir)
+        summary = run_pipeline(recipe, force=force, report_dir=report_dir, executor=executor, address=address,
+                               output=mode(json, quiet))
         failed = [o for o in summary.outcomes if o.status == "failed"]
         gated = summary.gate_verdict in ("fail", "inconclusive") and enforce_gates
         if (failed or gated) and not json:
@@ -66,11 +67,15 @@ def run(
     recipe: str = typer.Argument(..., help="Run recipe YAML (model, baseline, methods, serve, bench, eval, gates)."),
     force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o", help="Where the report goes (default reports/<model>)."),
+    executor: Optional[str] = typer.Option(None, "--executor", "-e", help="local (one variant after another, the default) or ray (one variant per lane, in parallel); overrides the recipe's executor:."),
+    address: Optional[str] = typer.Option(None, "--address", help="A Ray cluster to join (HEAD:6379; default $RAY_ADDRESS, else a Ray instance on this machine); implies --executor ray."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
-    """Convert, serve, bench and evaluate every variant of a recipe; resumable; then write the report."""
-    _run(recipe, force, report_dir, json, quiet)
+    """Convert, serve, bench and evaluate every variant of a recipe; resumable; then write the report.
+
+    With --executor ray the variants run in parallel, one per lane, with a live table of each lane."""
+    _run(recipe, force, report_dir, json, quiet, executor=executor, address=address)
 
 
 @app.command()

@@ -4,9 +4,10 @@ Each variant is one lane: convert it (a method; the baseline needs none), then o
 its measurements (bench, then eval) against that same server. Every stage is a store record keyed
 by what defines its result (`stages.py`), so a killed run started again skips the keys already done
 and redoes only the rest; `--force` redoes everything. A variant whose stage fails is recorded as
-failed and the others go on. An executor runs the lanes (`executors.py`: local, one after another);
-then, with `eval: grow:`, inconclusive gates get more items (`grow.py`); the report is written
-from the store alone once every lane has ended.
+failed and the others go on. An executor runs the lanes (`executors.py`: local, one after another,
+or Ray, one variant per lane in parallel, the store on the driver); then, with `eval: grow:`,
+inconclusive gates get more items (`grow.py`); the report is written from the store alone once
+every lane has ended.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import time
 from pathlib import Path
 
 from .. import __version__, machine, models
+from ..console import OutputMode
 from ..recipe import load_run
 from ..store import Store
 from .checks import check_model, check_plan
-from .executors import Executor, LocalExecutor
+from .executors import Executor, choose
 from .grow import grow_stage
 from .stages import Lane, RunContext, RunSummary, StageOutcome
 
@@ -26,10 +28,14 @@ __all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
 
 
 def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None = None,
-        store: Store | None = None, executor: Executor | None = None) -> RunSummary:
+        store: Store | None = None, executor: Executor | str | None = None, address: str | None = None,
+        output: OutputMode | None = None) -> RunSummary:
+    """`executor`: an Executor, or "local" / "ray" over the recipe's `executor:` (so is `address`,
+    a Ray cluster's); `output` is the command's output mode (the Ray executor's progress view)."""
     started = time.monotonic()
     plan = load_run(recipe_path)
     check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
+    chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
     model = models.resolve(plan.model)
     check_model(model)
     from ..serve.env import installed_vllm_version
@@ -41,7 +47,7 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     store = store or Store()
     summary = RunSummary(recipe=str(recipe_path), model=model.name)
     try:
-        (executor or LocalExecutor()).run(ctx, lanes, store, summary)
+        chosen.run(ctx, lanes, store, summary)
         grow_stage(ctx, lanes, store, summary)  # eval `grow:`: more items while a gate is inconclusive
         from ..report.gather import compare
 
