@@ -125,3 +125,27 @@ def test_request_body_is_what_vllm_bench_sends():
     body = json.loads(loadgen.request_body(target, Prompt(token_ids=[5, 6]), 8))
     assert body == {"model": "m", "prompt": [5, 6], "max_tokens": 8, "ignore_eos": True, "stream": True,
                     "stream_options": {"include_usage": True}}
+
+
+def test_the_report_marks_a_client_limited_point_and_shows_tpot():
+    from quantkit import report as R
+    from quantkit.measure.bench import BenchRun
+    from quantkit.measure.point import Stats
+
+    def point(c: int, limited: bool) -> BenchPoint:
+        s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
+        return BenchPoint(profile="concurrency", concurrency=c, output_len=64, input_len=128, num_requests=8,
+                          started_at="t", duration_s=1.0, successes=8, failures=0, prompt_tokens=1024,
+                          completion_tokens=512, output_tok_s=512.0, total_tok_s=1536.0, req_s=8.0,
+                          ttft=s, itl=s, tpot=s.model_copy(update={"p50": 0.025}), client=stats(busiest_worker=0.99),
+                          client_limited=limited, client_limited_reason="a client worker used 99% of a core")
+
+    run = BenchRun(model_dir="/m", points=[point(1, False), point(512, True)], complete=True)
+    variant = R.Variant(name="baseline", method="bf16", model_dir="/m", bench=run.model_dump(mode="json"))
+    report = R.build_report([variant], title="t", environment={})
+    (row,) = report.rows
+    assert row.top.client_limited and not row.c1.client_limited and row.top.tpot_p50 == 0.025
+    title, header, rows, caption = next(t for t in R.tables(report) if t[0] == "Throughput and latency")
+    assert "[client-limited]" in rows[0][2] and "[client-limited]" not in rows[0][1]
+    assert "TPOT p50 (ms) at knee" in header and rows[0][header.index("TPOT p50 (ms) at knee")] == "25.0"
+    assert "client-limited" in caption
