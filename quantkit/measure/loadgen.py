@@ -227,7 +227,7 @@ def _recv(proc, tmp: str, w: int):
         return ("failed", f"the worker process exited ({proc.returncode}): {tail[-1] if tail else 'no output'}")
 
 
-def _jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,
+def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,
           request_timeout: float) -> list[Job]:
     url, chat = endpoint(target), target.api == "chat"
     workers = max(1, min(workers, limit, len(bodies)))
@@ -240,7 +240,7 @@ def _jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets
     return jobs
 
 
-def _fresh(prompts: list[Prompt], attempt: int) -> list[Prompt] | None:
+def fresh_prompts(prompts: list[Prompt], attempt: int) -> list[Prompt] | None:
     """Prompts for a re-run that vLLM's prefix cache has not seen (token ids rotated), or None."""
     if any(p.token_ids is None or len(p.token_ids) < 2 for p in prompts):
         return None
@@ -256,7 +256,7 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
     limit = concurrency or n
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     bodies = [request_body(target, p, output_len) for p in prompts]
-    jobs = _jobs(target, bodies, workers, limit, offsets, request_timeout)
+    jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout)
     if len(jobs) == 1:
         reports, t0 = await _in_process(jobs[0], alive)
     else:
@@ -298,7 +298,7 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                                              seed=seed, alive=alive, input_len=input_len,
                                              request_timeout=request_timeout, workers=count)
         more = min(max_workers(), count * 2)
-        fresh = _fresh(prompts, attempt) if point.client_limited else None
+        fresh = fresh_prompts(prompts, attempt) if point.client_limited else None
         if (not point.client_limited or workers is not None or point.partial or more <= count
                 or attempt >= MAX_ATTEMPTS or fresh is None):
             break
@@ -318,7 +318,7 @@ def warmup(target: Target, prompts: list[Prompt], output_len: int) -> list[Reque
     if not prompts:
         return []
     bodies = [request_body(target, p, output_len) for p in prompts]
-    (job,) = _jobs(target, bodies, 1, len(bodies), None, 600.0)
+    (job,) = plan_jobs(target, bodies, 1, len(bodies), None, 600.0)
 
     async def go():
         return await _in_process(job, None)

@@ -63,6 +63,9 @@ def test_client_limit_names_what_saturated():
     assert "event-loop lag" in client_limit(stats(loop_lag_p99_ms=40.0))
     assert "event-loop lag" in client_limit(stats(loop_lag_p50_ms=5.0))
     assert "behind the schedule" in client_limit(stats(send_lag_p50_ms=1.0, send_lag_p99_ms=80.0))
+    # lag is judged against the cadence it blurs: 30 ms late is noise beside a 200 ms ITL
+    assert client_limit(stats(loop_lag_p50_ms=3.0, loop_lag_p99_ms=30.0), itl_p50_s=0.2) is None
+    assert "other processes" in client_limit(stats(loop_lag_p50_ms=3.0, loop_lag_p99_ms=30.0), itl_p50_s=0.02)
 
 
 def test_summarize_carries_the_verdict_and_old_points_still_validate():
@@ -90,20 +93,20 @@ def test_worker_counts(monkeypatch):
 def test_jobs_split_the_slots_and_the_schedule():
     target = loadgen.Target(api_url="http://x/v1", model="m")
     bodies = [b"{}"] * 10
-    jobs = loadgen._jobs(target, bodies, 3, 7, None, 60.0)
+    jobs = loadgen.plan_jobs(target, bodies, 3, 7, None, 60.0)
     assert [j.slots for j in jobs] == [3, 2, 2] and all(j.indices is None for j in jobs)
     offsets = [0.1 * i for i in range(10)]
-    jobs = loadgen._jobs(target, bodies, 3, 10, offsets, 60.0)
+    jobs = loadgen.plan_jobs(target, bodies, 3, 10, offsets, 60.0)
     assert sorted(i for j in jobs for i in j.indices) == list(range(10))
     assert jobs[0].url == "http://x/v1/completions"
-    assert len(loadgen._jobs(target, bodies[:2], 8, 2, None, 60.0)) == 2  # never more workers than slots
+    assert len(loadgen.plan_jobs(target, bodies[:2], 8, 2, None, 60.0)) == 2  # never more workers than slots
 
 
 def test_retry_prompts_are_new_to_a_prefix_cache_but_the_same_length():
     prompts = [Prompt(token_ids=[1, 2, 3, 4])]
-    fresh = loadgen._fresh(prompts, 1)
+    fresh = loadgen.fresh_prompts(prompts, 1)
     assert fresh[0].token_ids == [2, 3, 4, 1]
-    assert loadgen._fresh([Prompt(text="hi")], 1) is None
+    assert loadgen.fresh_prompts([Prompt(text="hi")], 1) is None
 
 
 def test_shared_schedule_counts_across_handles(tmp_path):
