@@ -17,6 +17,9 @@ and the last concurrency it sustained is named.
         [--no-vllm] [--tokenizer DIR] [--json OUT.json]
 
 On a machine without the vLLM environment (or with --no-vllm) only truth and quantkit are shown.
+On a GPU host without quantkit installed: `PYTHONPATH=. QUANTKIT_VLLM=$(which python3) python3
+benchmarks/loadgen_capacity.py --tokenizer DIR` (needs pydantic and aiohttp; uvloop/orjson used
+when present); the fixture processes default to a quarter of the cores, quantkit's workers to half.
 A script, not a test: its figures go in the issue note.
 """
 
@@ -35,6 +38,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(1, str(REPO))  # runnable from a bare checkout too (the GPU host has no quantkit install)
 
 from fixtures.openai_stream import StreamFixture, late_share  # noqa: E402
 from quantkit.measure.loadgen import Target, max_workers, run_point, warmup  # noqa: E402

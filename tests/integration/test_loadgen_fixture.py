@@ -133,3 +133,21 @@ def test_a_starved_client_adds_a_worker_instead(fixture, monkeypatch):
         point = run_point(target(fixture), prompts(64, 6), OUT, concurrency=16)
     assert point.client.attempts == 2 and point.client.workers == 2
     assert point.failures == 0 and point.successes == 64
+
+
+def test_a_server_that_dies_mid_point_leaves_a_partial_point_from_every_worker():
+    import os
+    import signal
+
+    with StreamFixture(ttft=TTFT, tpot=TPOT) as fx:
+        timer = threading.Timer(1.0, lambda: os.killpg(fx.proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            point = run_point(target(fx), prompts(96, 7), OUT, concurrency=8, workers=2,
+                              alive=lambda: fx.proc.poll() is None, request_timeout=30)
+        finally:
+            timer.cancel()
+            fx.proc.wait()
+    assert point.partial and point.num_requests == 96
+    assert point.successes + point.failures == 96 and point.failures > 0
+    assert any("server died" in reason for reason in point.failure_reasons)
