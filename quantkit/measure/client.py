@@ -12,7 +12,7 @@ reads tokens late, in bursts, and then measures itself instead of the server (is
   off the hot path.
 
 The worker also measures itself: its process CPU time over the point, and the lag of its event
-loop (how late a 10 ms timer fires, sampled all through the point); for rate profiles, how late
+loop (how late a 20 ms timer fires, sampled all through the point); for rate profiles, how late
 each send was against its schedule. `loadgen` runs one worker in its own process for low loads
 or several in worker processes that share the schedule.
 
@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - the lock pins orjson; a bare install s
     loads = json.loads
     JSON_LIB = "json"
 
-LAG_PROBE_S = 0.01
+LAG_PROBE_S = 0.02
 SERVER_DIED = "server died before the request was sent"
 
 

@@ -122,7 +122,7 @@ class ClientStats(BaseModel):
     cores: float  # cpu_s / duration: cores the client kept busy
     busiest_worker: float  # the highest share of one core any worker used
     cpu_us_per_token: float | None = None  # cpu_s per streamed token, microseconds
-    loop_lag_p50_ms: float | None = None  # how late a 10 ms timer fired on the workers' loops
+    loop_lag_p50_ms: float | None = None  # how late a 20 ms timer fired on the workers' loops
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     send_lag_p50_ms: float | None = None  # rate profiles: how late sends were against the schedule
