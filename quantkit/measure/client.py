@@ -223,10 +223,12 @@ class Flag:
         self._set = True
 
 
-async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: Callable[[], bool]) -> WorkerReport:
+async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: Callable[[], bool],
+                  on_failure: Callable[[], None] | None = None) -> WorkerReport:
     """Send this worker's share of a point from t0 on (None: as soon as the session is ready): a concurrency profile takes request indices
     from `take` (shared by all workers) while it has a free slot; a rate profile sends its own
-    `indices` at `offsets`. `stopped` says the server died: the requests not yet sent fail."""
+    `indices` at `offsets`. `stopped` says the server died: the requests not yet sent fail.
+    `on_failure` is called after a request failed (the caller may then ask whether the server lives)."""
     import aiohttp
 
     n = len(job.bodies)
@@ -264,6 +266,8 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                     raw.start, raw.error = time.perf_counter(), SERVER_DIED
                     continue
                 await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
+                if raw.error is not None and on_failure is not None:
+                    on_failure()
 
         async def scheduled(i: int, semaphore: asyncio.Semaphore) -> None:
             raw = Raw(index=i)
@@ -277,6 +281,8 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                     raw.start, raw.error = time.perf_counter(), SERVER_DIED
                     return
                 await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
+                if raw.error is not None and on_failure is not None:
+                    on_failure()
 
         try:
             if job.offsets is None:

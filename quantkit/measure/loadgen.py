@@ -141,20 +141,33 @@ def _client_stats(reports: list[WorkerReport], duration: float, tokens: int, raw
     )
 
 
-async def _watch(alive: Callable[[], bool] | None, dead: Callable[[], None]) -> None:
-    while True:
-        await asyncio.sleep(1.0)
-        if alive is not None and not await asyncio.to_thread(alive):
+async def _watch(alive: Callable[[], bool] | None, dead: Callable[[], None], every: float = 1.0,
+                 failed: asyncio.Event | None = None) -> None:
+    """Ask `alive()` every `every` seconds, and at once after a request failed (`failed`)."""
+    while alive is not None:
+        if failed is None:
+            await asyncio.sleep(every)
+        else:
+            try:
+                await asyncio.wait_for(failed.wait(), every)
+            except asyncio.TimeoutError:
+                pass
+            failed.clear()
+        if not await asyncio.to_thread(alive):
             dead()
             return
 
 
 async def _in_process(job: Job, alive) -> tuple[list[WorkerReport], float]:
-    """One worker on this process's event loop (low loads: no process to start)."""
+    """One worker on this process's event loop (low loads: no process to start). The server's
+    liveness is asked only every 10 s and after a failed request: `alive()` runs in this process
+    (a remote server's costs an HTTP client, milliseconds of CPU under the GIL), and a dead server
+    shows itself by failing requests."""
     flag = client.Flag()
-    watcher = asyncio.create_task(_watch(alive, flag.set))
+    failed = asyncio.Event()
+    watcher = asyncio.create_task(_watch(alive, flag.set, every=10.0, failed=failed))
     try:
-        report = await client.run_job(job, None, client.Counter().take, flag.is_set)
+        report = await client.run_job(job, None, client.Counter().take, flag.is_set, on_failure=failed.set)
     finally:
         watcher.cancel()
     return [report], report.t0

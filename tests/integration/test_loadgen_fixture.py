@@ -135,7 +135,8 @@ def test_a_starved_client_adds_a_worker_instead(fixture, monkeypatch):
     assert point.failures == 0 and point.successes == 64
 
 
-def test_a_server_that_dies_mid_point_leaves_a_partial_point_from_every_worker():
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_server_that_dies_mid_point_leaves_a_partial_point(workers):
     import os
     import signal
 
@@ -143,7 +144,7 @@ def test_a_server_that_dies_mid_point_leaves_a_partial_point_from_every_worker()
         timer = threading.Timer(1.0, lambda: os.killpg(fx.proc.pid, signal.SIGKILL))
         timer.start()
         try:
-            point = run_point(target(fx), prompts(96, 7), OUT, concurrency=8, workers=2,
+            point = run_point(target(fx), prompts(96, 7), OUT, concurrency=8, workers=workers,
                               alive=lambda: fx.proc.poll() is None, request_timeout=30)
         finally:
             timer.cancel()
