@@ -224,11 +224,13 @@ class Flag:
 
 
 async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: Callable[[], bool],
-                  on_failure: Callable[[], None] | None = None) -> WorkerReport:
+                  on_failure: Callable[[], None] | None = None, ready=None) -> WorkerReport:
     """Send this worker's share of a point from t0 on (None: as soon as the session is ready): a concurrency profile takes request indices
     from `take` (shared by all workers) while it has a free slot; a rate profile sends its own
     `indices` at `offsets`. `stopped` says the server died: the requests not yet sent fail.
-    `on_failure` is called after a request failed (the caller may then ask whether the server lives)."""
+    `on_failure` is called after a request failed (the caller may then ask whether the server lives).
+    `ready`, a coroutine function, is awaited once the loop and the HTTP session exist; it returns t0
+    (worker processes wait for the common start there, everything already set up)."""
     import aiohttp
 
     n = len(job.bodies)
@@ -247,6 +249,8 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
     connector = aiohttp.TCPConnector(limit=job.slots + 4, limit_per_host=job.slots + 4, ttl_dns_cache=300)
     timeout = aiohttp.ClientTimeout(total=job.request_timeout, sock_connect=10)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
+        if ready is not None:
+            t0 = await ready()
         if t0 is None:
             t0 = time.perf_counter()
         delay = t0 - time.perf_counter()
@@ -348,14 +352,16 @@ def main() -> None:
         write.flush()
 
     job = pickle.load(read)
-    import aiohttp  # noqa: F401  (imported before "ready": the common start must not wait for it)
 
-    send(("ready", os.getpid()))
-    message, t0 = pickle.load(read)
-    if message != "go":
-        return
+    async def ready() -> float:
+        send(("ready", os.getpid()))
+        message, t0 = await asyncio.to_thread(pickle.load, read)
+        if message != "go":
+            raise SystemExit(0)
+        return t0
+
     try:
-        report = run_loop(run_job(job, t0, schedule.take, schedule.stopped))
+        report = run_loop(run_job(job, None, schedule.take, schedule.stopped, ready=ready))
     except BaseException as exc:  # the parent must hear why, not hang
         send(("failed", f"{type(exc).__name__}: {exc}"))
         raise
