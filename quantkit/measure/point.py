@@ -229,10 +229,10 @@ def summarize(results: list[RequestResult], duration: float, *, profile: str, co
     reasons = Counter(_reason_key(r.error or "unknown") for r in bad)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in good)
     completion_tokens = sum(r.completion_tokens or 0 for r in good)
-    duration = max(duration, 1e-9)
+    duration = max(round(duration, 6), 1e-9)  # one value for duration_s and every rate (goodput reads duration_s)
     point = BenchPoint(
         profile=profile, concurrency=concurrency, rate=rate, api=api, input_len=input_len, output_len=output_len,
-        num_requests=len(results), started_at=started_at, duration_s=round(duration, 4),
+        num_requests=len(results), started_at=started_at, duration_s=duration,
         successes=len(good), failures=len(bad), failure_reasons=dict(reasons),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         output_tok_s=completion_tokens / duration, total_tok_s=(prompt_tokens + completion_tokens) / duration,
