@@ -1,16 +1,18 @@
 """Does quantkit's load generator agree with vLLM's own benchmark on the same server and workload?
 
-One vLLM server; then, interleaved `--repeats` times, `vllm bench serve` (run from the vLLM
-environment) and `quantkit bench --url` with the same random workload (input/output length,
-ignore_eos, number of prompts, concurrency). Prints output tok/s, median TPOT and median TTFT of
-both and the ratios quantkit / vLLM (goal 0.90-1.10 on the CPU, 0.95-1.05 on a GPU). Interleaving
-spreads drift from other load on the machine over both tools.
+One vLLM server; then, for each concurrency of `--concurrency` (e.g. 1,4,16,64,256,512),
+interleaved `--repeats` times (A B B A), `vllm bench serve` (run from the vLLM environment) and
+`quantkit bench --url` with the same random workload (input/output length, ignore_eos, number of
+prompts, concurrency). Prints output tok/s, median TPOT, TTFT and ITL of both and the ratios
+quantkit / vLLM (goal 0.90-1.10 on the CPU, 0.95-1.05 on a GPU), and whether quantkit flagged a
+point client-limited. Interleaving spreads drift from other load on the machine over both tools.
 
 `--simultaneous` runs quantkit's load generator (in this process) at the moment vLLM's main run
 starts, each tool at --concurrency: the server batches both loads together, so both tools measure
 the same server state even when other work on a shared CPU comes and goes.
 
-    .venv/bin/python benchmarks/bench_agreement.py [MODEL_DIR] [--concurrency 4] [--num-prompts 32]
+    .venv/bin/python benchmarks/bench_agreement.py [MODEL_DIR] [--concurrency 1,4,16,64,256,512]
+        [--num-prompts N (default 4 x C, 2 x C above 16, C above 64)] [--input-len 32] [--output-len 32]
 
 A script, not a test: its figures go in the issue note.
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,6 +32,9 @@ from quantkit import models
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.env import serve_env, vllm_command
 from quantkit.serve.server import VLLMServer
+
+
+KEYS = ("output_tok_s", "tpot_ms", "ttft_ms", "itl_ms")
 
 
 def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: int, alongside=None) -> dict:
@@ -56,7 +62,7 @@ def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: 
         sys.exit("vllm bench serve failed:\n" + "".join(output)[-4000:])
     data = json.loads((out_dir / name).read_text())
     result = {"output_tok_s": data["output_throughput"], "tpot_ms": data["median_tpot_ms"],
-              "ttft_ms": data["median_ttft_ms"], "completed": data["completed"]}
+              "ttft_ms": data["median_ttft_ms"], "itl_ms": data["median_itl_ms"], "completed": data["completed"]}
     return result if alongside is None else (result, other)
 
 
@@ -72,7 +78,7 @@ def quantkit_inline(server: VLLMServer, model_dir: Path, args, index: int):
     def go() -> dict:
         p = run_point(target, prompts, args.output_len, concurrency=args.concurrency)
         return {"output_tok_s": p.output_tok_s, "tpot_ms": p.tpot.p50 * 1000, "ttft_ms": p.ttft.p50 * 1000,
-                "completed": p.successes}
+                "itl_ms": p.itl.p50 * 1000, "completed": p.successes, "client_limited": p.client_limited_reason}
 
     return go
 
@@ -89,14 +95,17 @@ def quantkit_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, ind
         sys.exit(f"quantkit bench failed:\n{done.stderr[-3000:]}")
     (point,) = json.loads(done.stdout)["points"]
     return {"output_tok_s": point["output_tok_s"], "tpot_ms": point["tpot"]["p50"] * 1000,
-            "ttft_ms": point["ttft"]["p50"] * 1000, "completed": point["successes"]}
+            "ttft_ms": point["ttft"]["p50"] * 1000, "itl_ms": point["itl"]["p50"] * 1000,
+            "completed": point["successes"], "client_limited": point.get("client_limited_reason"),
+            "client_cpu_us_per_token": (point.get("client") or {}).get("cpu_us_per_token")}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("model_dir", nargs="?", help="checkpoint (default: the built-in smollm2-135m)")
-    parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--num-prompts", type=int, default=32)
+    parser.add_argument("--concurrency", default="4", help="comma-separated, e.g. 1,4,16,64,256,512")
+    parser.add_argument("--num-prompts", type=int, default=None,
+                        help="requests per run (default 4 x C, min 16; 2 x C above 16; C above 64)")
     parser.add_argument("--input-len", type=int, default=128)
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=2)
@@ -106,47 +115,63 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true", help="torch.compile (slower start) instead of --enforce-eager")
     args = parser.parse_args()
     model_dir = Path(args.model_dir).absolute() if args.model_dir else models.resolve("smollm2-135m").path
+    loads = [int(x) for x in args.concurrency.split(",") if x.strip()]
+    fixed_prompts = args.num_prompts
 
-    rows = {"vllm bench serve": [], "quantkit bench": []}
+    table = []
+    load_start = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp, VLLMServer(model_dir, ServeConfig(enforce_eager=not args.compiled)) as server:
         out = Path(tmp)
-        for i in range(args.repeats):
-            if args.simultaneous:
-                v, q = vllm_bench(server, model_dir, args, out, i, alongside=quantkit_inline(server, model_dir, args, i))
-                rows["vllm bench serve"].append(v)
-                rows["quantkit bench"].append(q)
-            else:
-                rows["vllm bench serve"].append(vllm_bench(server, model_dir, args, out, i))
-                rows["quantkit bench"].append(quantkit_bench(server, model_dir, args, out, i))
-            print(f"repeat {i + 1}: vllm {rows['vllm bench serve'][-1]}  quantkit {rows['quantkit bench'][-1]}",
-                  file=sys.stderr, flush=True)
+        for c in loads:
+            args.concurrency = c
+            # four waves at low concurrency; fewer where a 2-core vLLM-CPU would take many minutes
+            args.num_prompts = fixed_prompts or max(16, (1 if c > 64 else 2 if c > 16 else 4) * c)
+            rows = {"vllm bench serve": [], "quantkit bench": []}
+            for i in range(args.repeats):
+                seed = 1000 * c + i
+                if args.simultaneous:
+                    v, q = vllm_bench(server, model_dir, args, out, seed,
+                                      alongside=quantkit_inline(server, model_dir, args, seed))
+                    rows["vllm bench serve"].append(v)
+                    rows["quantkit bench"].append(q)
+                elif i % 2 == 0:  # A B B A
+                    rows["vllm bench serve"].append(vllm_bench(server, model_dir, args, out, seed))
+                    rows["quantkit bench"].append(quantkit_bench(server, model_dir, args, out, seed))
+                else:
+                    rows["quantkit bench"].append(quantkit_bench(server, model_dir, args, out, seed))
+                    rows["vllm bench serve"].append(vllm_bench(server, model_dir, args, out, seed))
+                print(f"c={c} repeat {i + 1}: vllm {rows['vllm bench serve'][-1]}  quantkit {rows['quantkit bench'][-1]}"
+                      f"  load {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
+            table.append((c, args.num_prompts, rows))
         info = server.info
 
-    med = {tool: {k: statistics.median(r[k] for r in runs) for k in ("output_tok_s", "tpot_ms", "ttft_ms")}
-           for tool, runs in rows.items()}
     print(f"model {model_dir.name}, vLLM {info.vllm_version}, {'compiled' if args.compiled else 'eager'}, "
-          f"server ready in {info.startup_s:.1f} s; workload: concurrency {args.concurrency}, "
-          f"{args.num_prompts} prompts, {args.input_len} in / {args.output_len} out, ignore_eos; "
-          f"median of {args.repeats} " + ("simultaneous runs (the server saw both loads at once)"
-                                           if args.simultaneous else "interleaved repeats"))
-    print(f"{'':18} {'output tok/s':>13} {'median TPOT ms':>15} {'median TTFT ms':>15}")
-    for tool, m in med.items():
-        print(f"{tool:18} {m['output_tok_s']:13.2f} {m['tpot_ms']:15.2f} {m['ttft_ms']:15.2f}")
-    # Ratios per interleaved pair (the two runs of a pair saw about the same load from the rest of
-    # the machine), then their median: sturdier than a ratio of medians on a shared, busy CPU.
-    keys = ("output_tok_s", "tpot_ms", "ttft_ms")
-    pairs = [{k: q[k] / v[k] for k in keys} for v, q in zip(rows["vllm bench serve"], rows["quantkit bench"])]
-    for i, r in enumerate(pairs, 1):
-        print(f"{f'ratio q/v pair {i}':18} {r['output_tok_s']:13.3f} {r['tpot_ms']:15.3f} {r['ttft_ms']:15.3f}")
-    ratios = {k: statistics.median(r[k] for r in pairs) for k in keys}
-    print(f"{'ratio q/v median':18} {ratios['output_tok_s']:13.3f} {ratios['tpot_ms']:15.3f} {ratios['ttft_ms']:15.3f}")
-    try:
-        load = open("/proc/loadavg").read().split()[0]
-        print(f"load average at the end: {load} on {__import__('os').cpu_count()} CPUs")
-    except OSError:
-        pass
-    ok = all(0.90 <= r <= 1.10 for r in ratios.values())
-    print("agreement within 0.90-1.10: " + ("yes" if ok else "NO"))
+          f"server ready in {info.startup_s:.1f} s; workload: {args.input_len} in / {args.output_len} out, "
+          f"ignore_eos; median of {args.repeats} " + ("simultaneous runs (the server saw both loads at once)"
+                                                      if args.simultaneous else "runs alternated A B B A")
+          + f"; load average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(f"{'C':>4} {'reqs':>5} {'tool':17} {'output tok/s':>13} {'TPOT p50 ms':>12} {'TTFT p50 ms':>12} "
+          f"{'ITL p50 ms':>11}  notes")
+    all_ok = True
+    for c, n, rows in table:
+        med = {tool: {k: statistics.median(r[k] for r in runs) for k in KEYS} for tool, runs in rows.items()}
+        for tool, m in med.items():
+            note = ""
+            if tool == "quantkit bench":
+                limited = [r["client_limited"] for r in rows[tool] if r.get("client_limited")]
+                note = f"client-limited: {limited[0]}" if limited else ""
+            print(f"{c:>4} {n:>5} {tool:17} {m['output_tok_s']:13.2f} {m['tpot_ms']:12.2f} {m['ttft_ms']:12.2f} "
+                  f"{m['itl_ms']:11.2f}  {note}")
+        # Ratios per interleaved pair (the two runs of a pair saw about the same load from the rest
+        # of the machine), then their median: sturdier than a ratio of medians on a busy CPU.
+        pairs = [{k: q[k] / v[k] for k in KEYS if v[k]} for v, q in zip(rows["vllm bench serve"], rows["quantkit bench"])]
+        ratios = {k: statistics.median(r[k] for r in pairs) for k in pairs[0]}
+        ok = all(0.90 <= ratios[k] <= 1.10 for k in ("output_tok_s", "tpot_ms", "ttft_ms"))
+        all_ok = all_ok and ok
+        print(f"{c:>4} {n:>5} {'ratio q/v median':17} {ratios['output_tok_s']:13.3f} {ratios['tpot_ms']:12.3f} "
+              f"{ratios['ttft_ms']:12.3f} {ratios.get('itl_ms', float('nan')):11.3f}  "
+              + ("within 0.90-1.10" if ok else "OUTSIDE 0.90-1.10"))
+    print("agreement within 0.90-1.10 (tok/s, TPOT, TTFT) at every concurrency: " + ("yes" if all_ok else "NO"))
 
 
 if __name__ == "__main__":

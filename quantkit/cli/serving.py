@@ -64,6 +64,7 @@ def bench(
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05 (seconds; ms suffix allowed)."),
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Warm-up requests before measuring (excluded)."),
+    client_workers: Optional[int] = typer.Option(None, "--client-workers", min=1, help="Load-generator worker processes (default: automatic, one per 256 streams, more when a point saturates the client)."),
     url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
     port: Port = None,
@@ -84,7 +85,7 @@ def bench(
             sweep=sweep, sweep_max=sweep_max, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
             url=url, config=serve.config(), port=port, slo=parse_slo(slo), seed=seed, warmup_requests=warmup,
             dataset=dataset, api=api, startup_timeout=startup_timeout, out_dir=results_dir,
-            on_point=None if json or quiet else _progress,
+            client_workers=client_workers, on_point=None if json or quiet else _progress,
         )
 
     run_command(body, mode(json, quiet), _print_run)
@@ -102,7 +103,8 @@ def _point_row(p) -> list[str]:
     load = f"c={p.concurrency}" if p.profile == "concurrency" else f"{p.rate:g}/s"
     slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
     return [
-        load + (" partial" if p.partial else ""), str(p.num_requests), str(p.failures),
+        load + (" partial" if p.partial else "") + ("*" if p.client_limited else ""),
+        str(p.num_requests), str(p.failures),
         _num(p.output_tok_s), _num(p.total_tok_s), f"{p.req_s:.2f}",
         _ms(p.ttft, "p50"), _ms(p.ttft, "p95"), _ms(p.itl, "p50"), _ms(p.itl, "p95"), _ms(p.tpot, "p50"),
         f"{p.e2e.p50:.2f}" if p.e2e else "-", slo,
@@ -125,6 +127,8 @@ def _progress(point) -> None:
         f"  {row[0]}: {row[3]} out tok/s, TTFT p50 {row[6]} ms, TPOT p50 {row[10]} ms, "
         f"{point.successes} ok, {point.failures} failed"
     )
+    if point.client_limited:
+        stderr.print(f"  [yellow]client-limited[/yellow]: {point.client_limited_reason} (these figures may read low)")
 
 
 def _print_run(run) -> None:
@@ -136,6 +140,12 @@ def _print_run(run) -> None:
     for p in run.points:
         table.add_row(*_point_row(p))
     stdout.print(table)
+    for p in run.points:
+        if p.client_limited:
+            c = p.client
+            stdout.print(f"* {_point_row(p)[0].rstrip('*')}: client-limited: quantkit's own client limited this point: "
+                         f"{p.client_limited_reason} ({c.workers} workers, {c.cores:.2f} cores, "
+                         f"{c.cpu_us_per_token or 0:.0f} us CPU per token); its figures may read low")
     if s is not None and s.quant_lines:
         stdout.print("kernels: " + "; ".join(s.quant_lines))
     if run.knee is not None:

@@ -27,7 +27,9 @@ they finish); readers (compare, card, push) read the store. Schema version 1:
                     successes, failures, failure_reasons, prompt_tokens, completion_tokens,
                     output_tok_s, total_tok_s, req_s, ttft/itl/tpot/e2e (seconds: n, mean, p50,
                     p90, p95, p99, min, max), max_in_flight, slo, slo_met, slo_violations,
-                    goodput_req_s, tokens_from_usage, partial, partial_reason
+                    goodput_req_s, tokens_from_usage, partial, partial_reason, client (the load
+                    generator's own workers, CPU, CPU per token, event-loop and send lag, attempts),
+                    client_limited, client_limited_reason
     knee            KneeResult (only for --sweep) or null
     complete        false until every planned point finished
     error           why the run stopped early, or null
@@ -159,6 +161,7 @@ def run_bench(
     api: str = "completions",
     out_dir: Path | None = None,
     on_point: Callable[[BenchPoint], None] | None = None,
+    client_workers: int | None = None,
 ) -> BenchRun:
     """Measure `server` (already started) at each load; the export is rewritten after every point."""
     model_dir = Path(model_dir).expanduser().absolute()
@@ -190,7 +193,7 @@ def run_bench(
         info(f"point {label}: {n} requests of {input_len if not dataset else 'dataset'} in / {output_len} out")
         point = run_point(
             target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r, seed=seed + point_no,
-            slo=slo, alive=server.alive, input_len=None if dataset else input_len,
+            slo=slo, alive=server.alive, input_len=None if dataset else input_len, workers=client_workers,
         )
         run.points.append(point)
         run.write()

@@ -1,4 +1,4 @@
-"""Load generator: an async streaming client for OpenAI-compatible servers (vLLM).
+"""Load generator: async streaming over an OpenAI-compatible API (vLLM), with headroom to spare.
 
 Prompts come from `workload.py` (exact-length random token ids, or a dataset); every request asks
 for `max_tokens=output_len` with `ignore_eos`, so it generates exactly `output_len` tokens.
@@ -6,10 +6,21 @@ for `max_tokens=output_len` with `ignore_eos`, so it generates exactly `output_l
 Profiles: fixed concurrency (at most C requests in flight, sent back to back) or a Poisson request
 rate (seeded exponential inter-arrival times). Warm-up requests are sent before a run and excluded.
 
-Timing follows `vllm bench serve` so the two agree (benchmarks/bench_agreement.py): monotonic
-clock (perf_counter) from just before the request; TTFT at the first streamed chunk with choices,
-ITL between successive such chunks, E2E at the last one, TPOT = (E2E - TTFT) / (tokens - 1); token
-counts from the server's `usage` (stream_options.include_usage). Throughput = tokens of the
+The client must never be the bottleneck (issue 13): the streaming path is `client.py` (aiohttp,
+uvloop, bytes scanning), and a point is shared by several worker processes, each with its own event
+loop, when the load calls for it: a concurrency point's workers take request indices from one
+shared counter, each keeping its share of the C slots full; a rate point's workers each send
+every W-th request at its scheduled time. All share one start time (perf_counter is the system's
+monotonic clock on Linux). The worker count is automatic (one per 256 streams, at most half the
+usable cores) or set with `workers=`. Every point records the client's own CPU use and event-loop
+lag (and, at a rate, how late sends were); a point where the client was saturated is run again
+with twice the workers where the cores allow it, and otherwise is marked `client_limited`, with
+the figures, never silently biased.
+
+Timing follows `vllm bench serve` (benchmarks/bench_agreement.py, benchmarks/loadgen_capacity.py):
+monotonic clock from just before the request; TTFT at the first streamed chunk with choices; E2E at
+the last one; TPOT = (E2E - TTFT) / (tokens - 1); ITL as token cadence (`point.token_timeline`);
+token counts from the server's `usage` (stream_options.include_usage). Throughput = tokens of the
 successful requests / wall time of the whole point (first send to last completion).
 
 A failed request is kept with its reason and counted; a point is never dropped. If the server dies
@@ -20,17 +31,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import os
 import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
-import httpx
 from pydantic import BaseModel
 
-from ..errors import UsageError
-from .point import BenchPoint, RequestResult, summarize
+from ..console import warn
+from ..errors import BackendError, UsageError
+from . import client
+from .client import SERVER_DIED, Job, Raw, WorkerReport
+from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
 from .slo import Slo
 from .workload import Prompt, poisson_schedule
+
+__all__ = ["Target", "run_point", "run_point_async", "warmup", "auto_workers", "max_workers", "SERVER_DIED"]
+
+STREAMS_PER_WORKER = 256  # one worker keeps ~256 streams at well under half a core (loadgen_capacity.py)
+MAX_ATTEMPTS = 3
+
 
 class Target(BaseModel):
     api_url: str  # http://host:port/v1
@@ -38,156 +59,282 @@ class Target(BaseModel):
     api: Literal["completions", "chat"] = "completions"
 
 
-async def send_request(client: httpx.AsyncClient, target: Target, prompt: Prompt, output_len: int,
-                       t0: float = 0.0) -> RequestResult:
+def max_workers() -> int:
+    """Worker processes a point may use: half the usable cores (the server, on the same host, needs
+    the rest), at least 1; QUANTKIT_CLIENT_MAX_WORKERS overrides."""
+    if value := os.environ.get("QUANTKIT_CLIENT_MAX_WORKERS"):
+        return max(1, int(value))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(16, cpus // 2))
+
+
+def auto_workers(concurrency: int | None, rate: float | None) -> int:
+    """The first worker count tried for a point (a saturated one is retried with more)."""
+    streams = concurrency if concurrency is not None else STREAMS_PER_WORKER
+    return max(1, min(max_workers(), math.ceil(streams / STREAMS_PER_WORKER)))
+
+
+def request_body(target: Target, prompt: Prompt, output_len: int) -> bytes:
     if target.api == "chat":
-        url = target.api_url + "/chat/completions"
         body: dict[str, Any] = {"model": target.model, "messages": prompt.messages, "max_completion_tokens": output_len}
     else:
-        url = target.api_url + "/completions"
         body = {"model": target.model, "prompt": prompt.token_ids if prompt.token_ids is not None else prompt.text,
                 "max_tokens": output_len}
     # Sampling parameters stay the server's defaults, as `vllm bench serve` sends none: the two
     # tools then do the same work per token (greedy and sampled decoding differ in cost).
     body.update({"ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}})
-    start = time.perf_counter()
-    result = RequestResult(ok=False, start_s=start - t0)
-    last = start
-    chunks = 0
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def endpoint(target: Target) -> str:
+    return target.api_url + ("/chat/completions" if target.api == "chat" else "/completions")
+
+
+def to_result(raw: Raw, t0: float) -> RequestResult:
+    """A worker's raw record -> RequestResult (TTFT/ITL/E2E/TPOT from `point.token_timeline`)."""
+    base = {"start_s": raw.start - t0}
+    if raw.error is not None:
+        return RequestResult.model_construct(ok=False, error=raw.error, itl=[], usage_from_server=True, **base)
+    timeline = token_timeline(raw.start, raw.first_choice, raw.read_times, raw.read_chunks, raw.exact_tokens,
+                              raw.completion_tokens)
+    if timeline is None:
+        return RequestResult.model_construct(ok=False, error="no token received", itl=[], usage_from_server=True,
+                                             **base)
+    ttft, itl, e2e, tokens = timeline
+    return RequestResult.model_construct(
+        ok=True, error=None, ttft=ttft, itl=itl, e2e=e2e, tpot=(e2e - ttft) / (tokens - 1) if tokens > 1 else None,
+        prompt_tokens=raw.prompt_tokens, completion_tokens=tokens,
+        usage_from_server=raw.completion_tokens is not None, **base)
+
+
+def _max_in_flight(results: list[RequestResult]) -> int:
+    events = []
+    for r in results:
+        if r.ok and r.e2e is not None:
+            events += [(r.start_s, 1), (r.start_s + r.e2e, -1)]
+    level = best = 0
+    for _, step in sorted(events, key=lambda e: (e[0], e[1])):
+        level += step
+        best = max(best, level)
+    return best
+
+
+def _client_stats(reports: list[WorkerReport], duration: float, tokens: int, raws: list[Raw]) -> ClientStats:
+    lags = [x for rep in reports for x in rep.lag_ms]
+    sends = [r.send_lag * 1000 for r in raws if r.send_lag is not None]
+    cpu = sum(rep.cpu_s for rep in reports)
+
+    def q(values, p):
+        return round(percentile(values, p), 3) if values else None
+
+    return ClientStats(
+        workers=len(reports), event_loop=client.event_loop_name(), cpu_s=round(cpu, 4),
+        cores=round(cpu / max(duration, 1e-9), 4),
+        busiest_worker=round(max(rep.cpu_s / rep.wall_s for rep in reports), 4),
+        cpu_us_per_token=round(1e6 * cpu / tokens, 2) if tokens else None,
+        loop_lag_p50_ms=q(lags, 50), loop_lag_p99_ms=q(lags, 99), loop_lag_max_ms=round(max(lags), 3) if lags else None,
+        send_lag_p50_ms=q(sends, 50), send_lag_p99_ms=q(sends, 99),
+        send_lag_max_ms=round(max(sends), 3) if sends else None,
+    )
+
+
+async def _watch(alive: Callable[[], bool] | None, dead: Callable[[], None], every: float = 1.0,
+                 failed: asyncio.Event | None = None) -> None:
+    """Ask `alive()` every `every` seconds, and at once after a request failed (`failed`)."""
+    while alive is not None:
+        if failed is None:
+            await asyncio.sleep(every)
+        else:
+            try:
+                await asyncio.wait_for(failed.wait(), every)
+            except asyncio.TimeoutError:
+                pass
+            failed.clear()
+        if not await asyncio.to_thread(alive):
+            dead()
+            return
+
+
+async def _in_process(job: Job, alive) -> tuple[list[WorkerReport], float]:
+    """One worker on this process's event loop (low loads: no process to start). The server's
+    liveness is asked only every 10 s and after a failed request: `alive()` runs in this process
+    (a remote server's costs an HTTP client, milliseconds of CPU under the GIL), and a dead server
+    shows itself by failing requests."""
+    flag = client.Flag()
+    failed = asyncio.Event()
+    watcher = asyncio.create_task(_watch(alive, flag.set, every=10.0, failed=failed))
     try:
-        async with client.stream("POST", url, json=body) as response:
-            if response.status_code != 200:
-                text = (await response.aread()).decode(errors="replace")
-                result.error = f"HTTP {response.status_code}: {_error_message(text)}"
-                return result
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue  # blank separators and SSE comments (pings)
-                payload = line[5:].strip()
-                if payload == "[DONE]":
-                    break
-                data = json.loads(payload)
-                if data.get("error"):
-                    result.error = f"stream error: {_error_message(json.dumps(data))}"
-                    return result
-                if data.get("choices"):
-                    # every chunk with choices is one engine step, even if its text is empty
-                    now = time.perf_counter()
-                    if chunks == 0:
-                        result.ttft = now - start
-                    else:
-                        result.itl.append(now - last)
-                    last = now
-                    chunks += 1
-                if usage := data.get("usage"):
-                    result.prompt_tokens = usage.get("prompt_tokens")
-                    result.completion_tokens = usage.get("completion_tokens")
-    except httpx.HTTPError as exc:
-        result.error = f"{type(exc).__name__}: {str(exc)[:200] or 'connection lost'}"
-        return result
-    except json.JSONDecodeError:
-        result.error = "server sent a chunk that is not JSON"
-        return result
-    if chunks == 0:
-        result.error = "no token received"
-        return result
-    result.e2e = last - start
-    if result.completion_tokens is None:
-        # a server without include_usage support: count chunks, and say so in the point
-        result.completion_tokens = chunks
-        result.usage_from_server = False
-    if result.completion_tokens > 1:
-        result.tpot = (result.e2e - result.ttft) / (result.completion_tokens - 1)
-    result.ok = True
-    return result
+        report = await client.run_job(job, None, client.Counter().take, flag.is_set, on_failure=failed.set)
+    finally:
+        watcher.cancel()
+    return [report], report.t0
 
 
-def _error_message(text: str) -> str:
+async def _in_processes(jobs: list[Job], alive) -> tuple[list[WorkerReport], float]:
+    """Worker processes (`python -m quantkit.measure.client`: a fresh interpreter each, no forked
+    threads or locks), one shared request counter and stop flag, one common start time once all
+    are ready."""
+    import pickle
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="quantkit-loadgen-") as tmp:
+        schedule = client.SharedSchedule.create(os.path.join(tmp, "schedule"))
+        procs: list[subprocess.Popen] = []
+        try:
+            for w, job in enumerate(jobs):
+                err = open(os.path.join(tmp, f"worker-{w}.err"), "wb")
+                proc = subprocess.Popen([sys.executable, "-m", "quantkit.measure.client", schedule_path(tmp)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+                err.close()
+                pickle.dump(job, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                proc.stdin.flush()
+                procs.append(proc)
+            for w, proc in enumerate(procs):
+                message = await asyncio.to_thread(_recv, proc, tmp, w)
+                if message[0] != "ready":
+                    raise BackendError(f"a load-generator worker did not start: {message[1]}")
+            t0 = time.perf_counter() + 0.1  # every worker is waiting on its pipe: they start together
+            for proc in procs:
+                pickle.dump(("go", t0), proc.stdin)
+                proc.stdin.flush()
+            watcher = asyncio.create_task(_watch(alive, schedule.stop))
+            try:
+                messages = await asyncio.gather(*(asyncio.to_thread(_recv, proc, tmp, w)
+                                                  for w, proc in enumerate(procs)))
+            finally:
+                watcher.cancel()
+            failed = [m[1] for m in messages if m[0] != "done"]
+            if failed:
+                raise BackendError(f"a load-generator worker failed: {failed[0]}")
+            return [m[1] for m in messages], t0
+        finally:
+            schedule.stop()
+            for proc in procs:
+                if proc.poll() is None:
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        proc.kill()
+                        proc.wait()
+            schedule.close()
+
+
+def schedule_path(tmp: str) -> str:
+    return os.path.join(tmp, "schedule")
+
+
+def _recv(proc, tmp: str, w: int):
+    import pickle
+
     try:
-        data = json.loads(text)
-        err = data.get("error", data)
-        msg = err.get("message") if isinstance(err, dict) else err
-        return " ".join(str(msg or data.get("detail") or text).split())[:300]
-    except (ValueError, AttributeError):
-        return " ".join(text.split())[:300]
+        return pickle.load(proc.stdout)
+    except (EOFError, pickle.UnpicklingError):
+        proc.wait()
+        with open(os.path.join(tmp, f"worker-{w}.err"), "rb") as f:
+            tail = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+        return ("failed", f"the worker process exited ({proc.returncode}): {tail[-1] if tail else 'no output'}")
 
 
-SERVER_DIED = "server died before the request was sent"
+def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,
+          request_timeout: float) -> list[Job]:
+    url, chat = endpoint(target), target.api == "chat"
+    workers = max(1, min(workers, limit, len(bodies)))
+    jobs = []
+    for w in range(workers):
+        slots = limit // workers + (1 if w < limit % workers else 0)
+        indices = list(range(w, len(bodies), workers)) if offsets is not None else None
+        jobs.append(Job(url=url, bodies=bodies, chat=chat, slots=slots, offsets=offsets, indices=indices,
+                        request_timeout=request_timeout, headers=client.headers()))
+    return jobs
+
+
+def fresh_prompts(prompts: list[Prompt], attempt: int) -> list[Prompt] | None:
+    """Prompts for a re-run that vLLM's prefix cache has not seen (token ids rotated), or None."""
+    if any(p.token_ids is None or len(p.token_ids) < 2 for p in prompts):
+        return None
+    return [Prompt(token_ids=p.token_ids[attempt % len(p.token_ids):] + p.token_ids[:attempt % len(p.token_ids)])
+            for p in prompts]
+
+
+async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, *, concurrency, rate, seed,
+                        alive, input_len, request_timeout, workers) -> tuple[BenchPoint, list[RequestResult]]:
+    profile = "rate" if rate is not None else "concurrency"
+    n = len(prompts)
+    offsets = poisson_schedule(n, rate, seed) if rate is not None else None
+    limit = concurrency or n
+    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    bodies = [request_body(target, p, output_len) for p in prompts]
+    jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout)
+    if len(jobs) == 1:
+        reports, t0 = await _in_process(jobs[0], alive)
+    else:
+        reports, t0 = await _in_processes(jobs, alive)
+    # the wall time of the whole point, as `vllm bench serve` measures it
+    duration = max(rep.end for rep in reports) - t0
+    raws = sorted((r for rep in reports for r in rep.raws), key=lambda r: r.index)
+    results = [to_result(r, t0) for r in raws]
+    dead = any(r.error == SERVER_DIED for r in results)
+    if not dead and alive is not None and any(not r.ok for r in results) and not alive():
+        dead = True
+    tokens = sum(r.completion_tokens or 0 for r in results if r.ok)
+    point = summarize(
+        results, duration, profile=profile, concurrency=concurrency, rate=rate, output_len=output_len,
+        input_len=input_len, api=target.api, started_at=started_at, max_in_flight=_max_in_flight(results),
+        partial_reason="the server died during this point" if dead else None,
+        client=_client_stats(reports, duration, tokens, raws),
+    )
+    return point, results
 
 
 async def run_point_async(target: Target, prompts: list[Prompt], output_len: int, *, concurrency: int | None = None,
                           rate: float | None = None, seed: int = 0, slo: Slo | None = None,
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
-                          request_timeout: float = 600.0) -> BenchPoint:
+                          request_timeout: float = 600.0, workers: int | None = None) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
-    also capped by `concurrency`)."""
+    also capped by `concurrency`). `workers`: client worker processes (None: automatic, and a
+    saturated client retries the point with more)."""
     if concurrency is None and rate is None:
         raise UsageError("a point needs a concurrency or a rate")
     if concurrency is not None and concurrency < 1:
         raise UsageError("concurrency must be at least 1")
-    profile = "rate" if rate is not None else "concurrency"
-    n = len(prompts)
-    offsets = poisson_schedule(n, rate, seed) if rate is not None else [0.0] * n
-    limit = concurrency or n
-    semaphore = asyncio.Semaphore(limit)
-    dead = asyncio.Event()
-    in_flight = 0
-    max_in_flight = 0
-    started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    timeout = httpx.Timeout(request_timeout, connect=10.0)
-    limits = httpx.Limits(max_connections=limit + 4, max_keepalive_connections=limit + 4)
-
-    async with httpx.AsyncClient(timeout=timeout, limits=limits) as client:
-        t0 = time.perf_counter()
-
-        async def one(prompt: Prompt, offset: float) -> RequestResult:
-            nonlocal in_flight, max_in_flight
-            delay = t0 + offset - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            async with semaphore:
-                if dead.is_set():
-                    return RequestResult(ok=False, error=SERVER_DIED, start_s=time.perf_counter() - t0)
-                in_flight += 1
-                max_in_flight = max(max_in_flight, in_flight)
-                try:
-                    return await send_request(client, target, prompt, output_len, t0)
-                finally:
-                    in_flight -= 1
-
-        async def watch() -> None:
-            while True:
-                await asyncio.sleep(1.0)
-                if alive is not None and not await asyncio.to_thread(alive):
-                    dead.set()
-                    return
-
-        watcher = asyncio.create_task(watch())
-        try:
-            results = await asyncio.gather(*(one(p, o) for p, o in zip(prompts, offsets)))
-        finally:
-            watcher.cancel()
-        # the wall time of the whole point, as `vllm bench serve` measures it
-        duration = time.perf_counter() - t0
-    if not dead.is_set() and alive is not None and any(not r.ok for r in results) and not alive():
-        dead.set()
-    point = summarize(
-        list(results), duration, profile=profile, concurrency=concurrency, rate=rate, output_len=output_len,
-        input_len=input_len, api=target.api, started_at=started_at, max_in_flight=max_in_flight,
-        partial_reason="the server died during this point" if dead.is_set() else None,
-    )
-    return slo.judge(point, list(results)) if slo is not None else point
+    if workers is not None and workers < 1:
+        raise UsageError("client workers must be at least 1")
+    count = workers or auto_workers(concurrency, rate)
+    attempt = 1
+    while True:
+        point, results = await _measure_once(target, prompts, output_len, concurrency=concurrency, rate=rate,
+                                             seed=seed, alive=alive, input_len=input_len,
+                                             request_timeout=request_timeout, workers=count)
+        more = min(max_workers(), count * 2)
+        fresh = fresh_prompts(prompts, attempt) if point.client_limited else None
+        if (not point.client_limited or workers is not None or point.partial or more <= count
+                or attempt >= MAX_ATTEMPTS or fresh is None):
+            break
+        warn(f"the load generator limited this point ({point.client_limited_reason}); "
+             f"measuring it again with {more} client workers")
+        count, prompts, attempt = more, fresh, attempt + 1
+    point.client.attempts = attempt
+    return slo.judge(point, results) if slo is not None else point
 
 
 def run_point(*args, **kwargs) -> BenchPoint:
-    return asyncio.run(run_point_async(*args, **kwargs))
+    return client.run_loop(run_point_async(*args, **kwargs))
 
 
 def warmup(target: Target, prompts: list[Prompt], output_len: int) -> list[RequestResult]:
     """Requests sent before measuring (first-request costs: connection, kernel selection, caches)."""
+    if not prompts:
+        return []
+    bodies = [request_body(target, p, output_len) for p in prompts]
+    (job,) = plan_jobs(target, bodies, 1, len(bodies), None, 600.0)
 
     async def go():
-        async with httpx.AsyncClient(timeout=httpx.Timeout(600.0, connect=10.0)) as client:
-            return await asyncio.gather(*(send_request(client, target, p, output_len) for p in prompts))
+        return await _in_process(job, None)
 
-    return list(asyncio.run(go()))
+    reports, t0 = client.run_loop(go())
+    return [to_result(r, t0) for r in sorted(reports[0].raws, key=lambda r: r.index)]

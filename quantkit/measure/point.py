@@ -59,6 +59,108 @@ class Stats(BaseModel):
 
 
 
+def token_timeline(start: float, first_choice: float | None, read_times, read_counts, exact: bool,
+                   usage_tokens: int | None) -> tuple[float, list[float], float, int] | None:
+    """TTFT, per-token gaps (ITL), E2E and the token count of one stream, from the network reads
+    that carried its token chunks: `read_times[i]` is when read i was seen, `read_counts[i]` how
+    many token chunks (or, with `exact`, tokens) it carried; `first_choice` is the first chunk with
+    choices (TTFT, as `vllm bench serve` takes it). None when no token came.
+
+    ITL means token cadence. `vllm bench serve` appends one gap per chunk, timed when the chunk is
+    parsed: chunks that came in one read (a burst, when a client reads late) then get gaps of ~0,
+    and a chunk of k tokens one gap worth k. Here the time since the previous read that carried
+    tokens is shared evenly by the tokens of this read: the gaps of a stream sum to E2E - TTFT and
+    number tokens - 1, so their mean is the stream's TPOT. Tokens beyond the first in the TTFT read
+    get gaps of 0 (they did arrive together). Without per-chunk usage, when the server's final usage
+    says more tokens than chunks (multi-token chunks), every chunk after the first is taken to
+    carry an equal share of the rest.
+    """
+    if first_choice is None:
+        return None
+    counts = list(read_counts)
+    chunks = sum(counts)
+    tokens = usage_tokens if usage_tokens is not None and usage_tokens > 0 else max(chunks, 1)
+    if not exact and chunks and tokens != chunks:
+        counts = _spread(counts, tokens)
+    itl: list[float] = []
+    prev = first_choice
+    for t, m in zip(read_times, counts):
+        if m <= 0:
+            continue
+        if t <= first_choice:
+            itl.extend([0.0] * (m - 1))
+        else:
+            itl.extend([(t - prev) / m] * m)
+        prev = t
+    ttft = first_choice - start
+    return ttft, itl, prev - start, tokens
+
+
+def _spread(counts: list[int], tokens: int) -> list[int]:
+    """Per-read token counts when `tokens` came in sum(counts) chunks: the first chunk one token,
+    each later chunk an equal share of the rest (cumulative rounding keeps the total exact)."""
+    chunks = sum(counts)
+    if chunks == 1:
+        return [tokens if c else 0 for c in counts]
+
+    def upto(c: int) -> int:  # tokens in chunks 0 .. c-1
+        return 0 if c <= 0 else 1 + (c - 1) * (tokens - 1) // (chunks - 1)
+
+    out, seen = [], 0
+    for c in counts:
+        out.append(upto(seen + c) - upto(seen))
+        seen += c
+    return out
+
+
+class ClientStats(BaseModel):
+    """How quantkit's own client fared during a point (it must never be the bottleneck)."""
+
+    workers: int  # client worker processes (event loops) that shared the point
+    event_loop: str = "asyncio"
+    cpu_s: float  # CPU seconds the client's workers used during the point
+    cores: float  # cpu_s / duration: cores the client kept busy
+    busiest_worker: float  # the highest share of one core any worker used
+    cpu_us_per_token: float | None = None  # cpu_s per streamed token, microseconds
+    loop_lag_p50_ms: float | None = None  # how late a 20 ms timer fired on the workers' loops
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    send_lag_p50_ms: float | None = None  # rate profiles: how late sends were against the schedule
+    send_lag_p99_ms: float | None = None
+    send_lag_max_ms: float | None = None
+    attempts: int = 1  # runs of this point: a saturated client retries it with more workers
+
+
+# A point is client-limited when a worker's loop was saturated (its timestamps then come late and
+# in bursts) or, at a rate, sends fell behind their schedule. Loop lag is judged against the
+# cadence it would blur: a timer that fires 2 ms late is nothing beside a 100 ms ITL, and much
+# beside a 5 ms one. Calibrated on the cadence fixture (benchmarks/loadgen_capacity.py).
+BUSY_LIMIT = 0.85  # share of one core
+LAG_P50_LIMIT_MS = 2.0  # or 5% of the point's ITL median, whichever is larger
+LAG_P99_LIMIT_MS = 10.0  # or half the point's ITL median, whichever is larger
+SEND_LAG_P99_LIMIT_MS = 20.0
+
+
+def client_limit(stats: ClientStats, itl_p50_s: float | None = None) -> str | None:
+    """Why the client limited this point, or None."""
+    why = []
+    if stats.busiest_worker >= BUSY_LIMIT:
+        why.append(f"a client worker used {stats.busiest_worker:.0%} of a core")
+    itl_ms = 1000 * itl_p50_s if itl_p50_s else 0.0
+    p50_limit, p99_limit = max(LAG_P50_LIMIT_MS, 0.05 * itl_ms), max(LAG_P99_LIMIT_MS, 0.5 * itl_ms)
+    if stats.loop_lag_p99_ms is not None and (stats.loop_lag_p99_ms > p99_limit
+                                              or (stats.loop_lag_p50_ms or 0) > p50_limit):
+        text = (f"event-loop lag p50 {stats.loop_lag_p50_ms:.1f} ms, p99 {stats.loop_lag_p99_ms:.1f} ms "
+                f"(limits {p50_limit:.3g} / {p99_limit:.3g} ms)")
+        if stats.busiest_worker < 0.5:
+            text += f" while the client used only {stats.busiest_worker:.0%} of a core: other processes kept it waiting"
+        why.append(text)
+    if stats.send_lag_p99_ms is not None and stats.send_lag_p99_ms > SEND_LAG_P99_LIMIT_MS:
+        why.append(f"sends fell behind the schedule: p99 {stats.send_lag_p99_ms:.0f} ms late "
+                   f"(limit {SEND_LAG_P99_LIMIT_MS:g} ms)")
+    return "; ".join(why) or None
+
+
 class RequestResult(BaseModel):
     ok: bool
     error: str | None = None
@@ -108,6 +210,9 @@ class BenchPoint(BaseModel):
     tokens_from_usage: bool = True
     partial: bool = False  # the server died during this point
     partial_reason: str | None = None
+    client: ClientStats | None = None  # the client's own CPU and lag (None in points stored before)
+    client_limited: bool = False  # the client, not the server, may have limited these figures
+    client_limited_reason: str | None = None
 
     @property
     def x(self) -> float:
@@ -116,17 +221,18 @@ class BenchPoint(BaseModel):
 
 def summarize(results: list[RequestResult], duration: float, *, profile: str, concurrency: int | None,
               rate: float | None, output_len: int, input_len: int | None, api: str, started_at: str,
-              max_in_flight: int = 0, partial_reason: str | None = None) -> BenchPoint:
+              max_in_flight: int = 0, partial_reason: str | None = None,
+              client: ClientStats | None = None) -> BenchPoint:
     """The point's figures from its requests (the SLO verdict, if any, is slo.Slo.judge's)."""
     good = [r for r in results if r.ok]
     bad = [r for r in results if not r.ok]
     reasons = Counter(_reason_key(r.error or "unknown") for r in bad)
     prompt_tokens = sum(r.prompt_tokens or 0 for r in good)
     completion_tokens = sum(r.completion_tokens or 0 for r in good)
-    duration = max(duration, 1e-9)
+    duration = max(round(duration, 6), 1e-9)  # one value for duration_s and every rate (goodput reads duration_s)
     point = BenchPoint(
         profile=profile, concurrency=concurrency, rate=rate, api=api, input_len=input_len, output_len=output_len,
-        num_requests=len(results), started_at=started_at, duration_s=round(duration, 4),
+        num_requests=len(results), started_at=started_at, duration_s=duration,
         successes=len(good), failures=len(bad), failure_reasons=dict(reasons),
         prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
         output_tok_s=completion_tokens / duration, total_tok_s=(prompt_tokens + completion_tokens) / duration,
@@ -139,6 +245,10 @@ def summarize(results: list[RequestResult], duration: float, *, profile: str, co
         tokens_from_usage=all(r.usage_from_server for r in good),
         partial=partial_reason is not None, partial_reason=partial_reason,
     )
+    if client is not None:
+        point.client = client
+        point.client_limited_reason = client_limit(client, point.itl.p50 if point.itl else None)
+        point.client_limited = point.client_limited_reason is not None
     return point
 
 

@@ -87,9 +87,12 @@ class Point(BaseModel):
     ttft_p95: float | None = None
     itl_p50: float | None = None
     itl_p95: float | None = None
+    tpot_p50: float | None = None
     successes: int = 0
     failures: int = 0
     partial: bool = False
+    client_limited: bool = False  # quantkit's own client was saturated: figures may read low
+    client_limited_reason: str | None = None
 
     @property
     def load(self) -> str:
@@ -265,9 +268,10 @@ def _points(bench: dict) -> list[Point]:
             # a point with no successful request measured no throughput (0 would be invented)
             output_tok_s=_num(p.get("output_tok_s")) if p.get("successes") else None,
             ttft_p50=_stat(p, "ttft", "p50"), ttft_p95=_stat(p, "ttft", "p95"),
-            itl_p50=_stat(p, "itl", "p50"), itl_p95=_stat(p, "itl", "p95"),
+            itl_p50=_stat(p, "itl", "p50"), itl_p95=_stat(p, "itl", "p95"), tpot_p50=_stat(p, "tpot", "p50"),
             successes=int(p.get("successes") or 0), failures=int(p.get("failures") or 0),
-            partial=bool(p.get("partial")),
+            partial=bool(p.get("partial")), client_limited=bool(p.get("client_limited")),
+            client_limited_reason=p.get("client_limited_reason"),
         ))
     return out
 

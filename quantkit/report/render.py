@@ -75,7 +75,13 @@ def _tok_s(p: Point | None, kind: str | None = None) -> str:
         text += f" ({kind} {p.load})"
     if p.failures:
         text += f" [{p.failures} failed]"
+    if p.client_limited:
+        text += " [client-limited]"
     return text
+
+
+def _tpot(p: Point | None) -> str:
+    return fmt(p.tpot_p50 * 1000) if p is not None and p.tpot_p50 is not None else DASH
 
 
 def _score(s: TaskScore | None) -> str:
@@ -99,13 +105,15 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 "below)"))
     out.append(("Throughput and latency", ["variant", "output tok/s c=1", "output tok/s at knee",
                                            "TTFT p50 / p95 (ms) c=1", "TTFT p50 / p95 (ms) at knee",
-                                           "ITL p50 / p95 (ms) c=1", "ITL p50 / p95 (ms) at knee"],
+                                           "ITL p50 / p95 (ms) c=1", "ITL p50 / p95 (ms) at knee",
+                                           "TPOT p50 (ms) c=1", "TPOT p50 (ms) at knee"],
                 [[r.name, _tok_s(r.c1), _tok_s(r.top, r.top_kind),
                   fmt_ms((r.c1.ttft_p50, r.c1.ttft_p95)) if r.c1 else DASH,
                   fmt_ms((r.top.ttft_p50, r.top.ttft_p95)) if r.top else DASH,
                   fmt_ms((r.c1.itl_p50, r.c1.itl_p95)) if r.c1 else DASH,
-                  fmt_ms((r.top.itl_p50, r.top.itl_p95)) if r.top else DASH] for r in r_],
-                "at knee: the knee of the sweep, or the highest load measured (\"highest\") when there was no sweep"))
+                  fmt_ms((r.top.itl_p50, r.top.itl_p95)) if r.top else DASH, _tpot(r.c1), _tpot(r.top)] for r in r_],
+                "at knee: the knee of the sweep, or the highest load measured (\"highest\") when there was no sweep; "
+                "[client-limited]: quantkit's own client was saturated at that point (its figures may read low)"))
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}

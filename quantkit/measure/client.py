@@ -1,0 +1,374 @@
+"""One load-generator worker: an event loop that streams requests and watches itself.
+
+The hot path per streamed chunk is kept small, because a client that spends its core on parsing
+reads tokens late, in bursts, and then measures itself instead of the server (issue 13):
+- aiohttp (its C HTTP parser) and uvloop where installed; `benchmarks/loadgen_choices.py`
+  measured httpx at ~4-5x the CPU per token of this path.
+- SSE events are cut out of each network read as bytes. A completions chunk of the shape vLLM
+  sends (`"choices":[{...}]` and no usage object) is counted by a bytes test alone; any other event
+  (usage, error, chat deltas, unknown shapes) is parsed as JSON (orjson where installed).
+- Per request only raw facts are kept: the time of each network read that carried token chunks
+  and how many it carried. `point.token_timeline` turns them into TTFT / ITL / E2E afterwards,
+  off the hot path.
+
+The worker also measures itself: its process CPU time over the point, and the lag of its event
+loop (how late a 20 ms timer fires, sampled all through the point); for rate profiles, how late
+each send was against its schedule. `loadgen` runs one worker in its own process for low loads
+or several in worker processes that share the schedule.
+
+This module imports only the standard library and aiohttp (and uvloop/orjson if present), so
+worker processes start fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+from array import array
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+try:
+    import orjson
+
+    loads: Callable[[bytes], Any] = orjson.loads
+    JSON_LIB = "orjson"
+except ImportError:  # pragma: no cover - the lock pins orjson; a bare install still works
+    loads = json.loads
+    JSON_LIB = "json"
+
+LAG_PROBE_S = 0.02
+SERVER_DIED = "server died before the request was sent"
+
+
+def event_loop_name() -> str:
+    try:
+        import uvloop  # noqa: F401
+
+        return "uvloop"
+    except ImportError:
+        return "asyncio"
+
+
+def run_loop(coro):
+    """Run a coroutine on uvloop where installed (its callbacks cost about half of asyncio's)."""
+    try:
+        import uvloop
+
+        return uvloop.run(coro)
+    except ImportError:
+        return asyncio.run(coro)
+
+
+@dataclass
+class Job:
+    """What a worker sends: plain data, so it pickles to worker processes."""
+
+    url: str
+    bodies: list[bytes]
+    chat: bool = False
+    slots: int = 1  # requests this worker keeps in flight at most
+    offsets: list[float] | None = None  # rate profile: send times (s from t0) per request index
+    indices: list[int] | None = None  # rate profile: the request indices this worker sends
+    request_timeout: float = 600.0
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Raw:
+    """One request as the worker saw it (times are perf_counter seconds, a clock all processes share)."""
+
+    index: int
+    start: float = 0.0
+    error: str | None = None
+    status_ok: bool = False
+    read_times: array = field(default_factory=lambda: array("d"))  # reads that carried token chunks
+    read_chunks: array = field(default_factory=lambda: array("i"))  # token chunks in each of those reads
+    exact_tokens: bool = False  # read_chunks are tokens (per-chunk usage), not chunks
+    first_choice: float | None = None  # first chunk with choices (TTFT, as vLLM bench takes it)
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    send_lag: float | None = None  # rate profile: how late the send was against its schedule
+
+
+@dataclass
+class WorkerReport:
+    raws: list[Raw]
+    cpu_s: float  # this worker's process CPU time between its start signal and its end
+    wall_s: float
+    end: float  # perf_counter of the last completion
+    lag_ms: array  # event-loop lag samples
+    t0: float = 0.0  # the point's start (perf_counter)
+
+
+def headers() -> dict[str, str]:
+    out = {"Content-Type": "application/json"}
+    if key := os.environ.get("OPENAI_API_KEY"):
+        out["Authorization"] = f"Bearer {key}"  # as vLLM bench sends it
+    return out
+
+
+def _error_message(text: str) -> str:
+    try:
+        data = json.loads(text)
+        err = data.get("error", data)
+        msg = err.get("message") if isinstance(err, dict) else err
+        return " ".join(str(msg or data.get("detail") or text).split())[:300]
+    except (ValueError, AttributeError):
+        return " ".join(text.split())[:300]
+
+
+def _chat_tokens(choice: dict) -> int:
+    delta = choice.get("delta") or {}
+    return 1 if (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
+                 or delta.get("tool_calls")) else 0
+
+
+async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dict[str, str]) -> None:
+    """Send one request and record its stream into `raw` (never raises for request failures)."""
+    import aiohttp
+
+    raw.start = time.perf_counter()
+    perf = time.perf_counter
+    times, chunks = raw.read_times, raw.read_chunks
+    try:
+        async with session.post(url, data=body, headers=hdrs) as response:
+            if response.status != 200:
+                text = (await response.read()).decode(errors="replace")
+                raw.error = f"HTTP {response.status}: {_error_message(text)}"
+                return
+            content = response.content
+            rest = b""
+            done = False
+            last_usage_tokens = 0
+            while not done:
+                data = await content.readany()
+                if not data:
+                    if not rest.strip():
+                        break
+                    data, done = b"\n\n", True  # a last event the server did not end with a blank line
+                now = perf()
+                if rest:
+                    data = rest + data
+                if b"\r" in data:
+                    data = data.replace(b"\r\n", b"\n")
+                events = data.split(b"\n\n")
+                rest = events.pop()
+                k = 0
+                for event in events:
+                    if not event.startswith(b"data:"):
+                        continue  # SSE comments (pings) and blank keep-alives
+                    payload = event[5:].lstrip()
+                    if not chat and b'"choices":[{' in payload and (b'"usage"' not in payload
+                                                                    or b'"usage":null' in payload) \
+                            and b'"error"' not in payload:
+                        k += 1  # the common case: one completions chunk, no JSON parse
+                        if raw.first_choice is None:
+                            raw.first_choice = now
+                        continue
+                    if payload.startswith(b"[DONE]"):
+                        done = True
+                        break
+                    obj = loads(payload)
+                    if obj.get("error"):
+                        raw.error = f"stream error: {_error_message(json.dumps(obj))}"
+                        return
+                    choices = obj.get("choices")
+                    usage = obj.get("usage")
+                    if choices:
+                        if raw.first_choice is None:
+                            raw.first_choice = now
+                        if usage and usage.get("completion_tokens") is not None:
+                            # continuous usage stats: the exact tokens of this chunk
+                            raw.exact_tokens = True
+                            k += usage["completion_tokens"] - last_usage_tokens
+                            last_usage_tokens = usage["completion_tokens"]
+                        else:
+                            k += _chat_tokens(choices[0]) if chat else 1
+                    if usage:
+                        raw.prompt_tokens = usage.get("prompt_tokens")
+                        raw.completion_tokens = usage.get("completion_tokens")
+                if k:
+                    times.append(now)
+                    chunks.append(k)
+            raw.status_ok = True
+    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+        raw.error = f"{type(exc).__name__}: {str(exc)[:200] or 'connection lost'}"
+    except ValueError:
+        raw.error = "server sent a chunk that is not JSON"
+
+
+class Counter:
+    """The next request index, in one process (a shared counter replaces it across processes)."""
+
+    def __init__(self):
+        self.value = 0
+
+    def take(self) -> int:
+        i = self.value
+        self.value += 1
+        return i
+
+
+class Flag:
+    def __init__(self):
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+
+async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: Callable[[], bool],
+                  on_failure: Callable[[], None] | None = None, ready=None) -> WorkerReport:
+    """Send this worker's share of a point from t0 on (None: as soon as the session is ready): a concurrency profile takes request indices
+    from `take` (shared by all workers) while it has a free slot; a rate profile sends its own
+    `indices` at `offsets`. `stopped` says the server died: the requests not yet sent fail.
+    `on_failure` is called after a request failed (the caller may then ask whether the server lives).
+    `ready`, a coroutine function, is awaited once the loop and the HTTP session exist; it returns t0
+    (worker processes wait for the common start there, everything already set up)."""
+    import aiohttp
+
+    n = len(job.bodies)
+    hdrs = job.headers or headers()
+    raws: list[Raw] = []
+    lags = array("d")
+    running = True
+
+    async def probe() -> None:
+        sleep, perf = asyncio.sleep, time.perf_counter
+        while running:
+            before = perf()
+            await sleep(LAG_PROBE_S)
+            lags.append((perf() - before - LAG_PROBE_S) * 1000)
+
+    connector = aiohttp.TCPConnector(limit=job.slots + 4, limit_per_host=job.slots + 4, ttl_dns_cache=300)
+    timeout = aiohttp.ClientTimeout(total=job.request_timeout, sock_connect=10)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
+        if ready is not None:
+            t0 = await ready()
+        if t0 is None:
+            t0 = time.perf_counter()
+        delay = t0 - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        cpu0 = time.process_time()
+        prober = asyncio.create_task(probe())
+
+        async def slot() -> None:
+            while True:
+                i = take()
+                if i >= n:
+                    return
+                raw = Raw(index=i)
+                raws.append(raw)
+                if stopped():
+                    raw.start, raw.error = time.perf_counter(), SERVER_DIED
+                    continue
+                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
+                if raw.error is not None and on_failure is not None:
+                    on_failure()
+
+        async def scheduled(i: int, semaphore: asyncio.Semaphore) -> None:
+            raw = Raw(index=i)
+            raws.append(raw)
+            wait = t0 + job.offsets[i] - time.perf_counter()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            raw.send_lag = max(time.perf_counter() - (t0 + job.offsets[i]), 0.0)
+            async with semaphore:
+                if stopped():
+                    raw.start, raw.error = time.perf_counter(), SERVER_DIED
+                    return
+                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
+                if raw.error is not None and on_failure is not None:
+                    on_failure()
+
+        try:
+            if job.offsets is None:
+                await asyncio.gather(*(slot() for _ in range(job.slots)))
+            else:
+                semaphore = asyncio.Semaphore(job.slots)
+                await asyncio.gather(*(scheduled(i, semaphore) for i in job.indices or []))
+        finally:
+            running = False
+            end = time.perf_counter()
+            cpu = time.process_time() - cpu0
+            prober.cancel()
+    return WorkerReport(raws=raws, cpu_s=cpu, wall_s=max(end - t0, 1e-9), end=end, lag_ms=lags, t0=t0)
+
+
+class SharedSchedule:
+    """The request counter and stop flag that worker processes share: 16 bytes of a file, taken
+    under flock (a few microseconds, once per request). Plain files rather than multiprocessing's
+    primitives: workers then run as `python -m quantkit.measure.client`, whatever the caller's
+    `__main__` is (multiprocessing's spawn re-imports it, which breaks unguarded scripts)."""
+
+    def __init__(self, path: str):
+        self.fd = os.open(path, os.O_RDWR)
+
+    def take(self) -> int:
+        import fcntl
+
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        try:
+            i = int.from_bytes(os.pread(self.fd, 8, 0), "little")
+            os.pwrite(self.fd, (i + 1).to_bytes(8, "little"), 0)
+        finally:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+        return i
+
+    def stopped(self) -> bool:
+        return os.pread(self.fd, 1, 8) != b"\0"
+
+    def stop(self) -> None:
+        os.pwrite(self.fd, b"\1", 8)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    @staticmethod
+    def create(path: str) -> "SharedSchedule":
+        with open(path, "wb") as f:
+            f.write(bytes(16))
+        return SharedSchedule(path)
+
+
+def main() -> None:
+    """A worker process: read its Job (pickle on stdin), say ready, wait for the common start time,
+    run, write the report (pickle on stdout)."""
+    import pickle
+    import sys
+
+    schedule = SharedSchedule(sys.argv[1])
+    read, write = sys.stdin.buffer, sys.stdout.buffer
+
+    def send(obj) -> None:
+        pickle.dump(obj, write, protocol=pickle.HIGHEST_PROTOCOL)
+        write.flush()
+
+    job = pickle.load(read)
+
+    async def ready() -> float:
+        send(("ready", os.getpid()))
+        message, t0 = await asyncio.to_thread(pickle.load, read)
+        if message != "go":
+            raise SystemExit(0)
+        return t0
+
+    try:
+        report = run_loop(run_job(job, None, schedule.take, schedule.stopped, ready=ready))
+    except BaseException as exc:  # the parent must hear why, not hang
+        send(("failed", f"{type(exc).__name__}: {exc}"))
+        raise
+    send(("done", report))
+
+
+if __name__ == "__main__":
+    from quantkit.measure.client import main as worker_main  # the module's own name: its classes pickle
+
+    worker_main()

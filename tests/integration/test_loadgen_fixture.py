@@ -1,0 +1,156 @@
+"""quantkit's client against a server whose truth is known (tests/fixtures/openai_stream.py).
+
+The fixture streams every request at a fixed cadence, so the right answer is known: at moderate
+concurrency the reported figures must sit within a tight tolerance of it, and a client starved on
+purpose must say so (`client_limited`) rather than report biased figures. Each point lasts a few
+seconds; the module stays well under a minute on 2 cores.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fixtures.openai_stream import StreamFixture
+from quantkit.measure.loadgen import Target, run_point
+from quantkit.measure.workload import Prompt, poisson_schedule
+
+pytestmark = pytest.mark.integration
+
+TTFT, TPOT, OUT = 0.05, 0.01, 64
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    with StreamFixture(ttft=TTFT, tpot=TPOT) as fx:
+        yield fx
+
+
+def prompts(n: int, seed: int = 0) -> list[Prompt]:
+    return [Prompt(token_ids=[(seed * 7919 + i * 31 + j) % 30000 for j in range(32)]) for i in range(n)]
+
+
+def target(fx) -> Target:
+    return Target(api_url=fx.api_url, model="fixture")
+
+
+def test_moderate_concurrency_matches_the_truth(fixture):
+    c = 32
+    before = fixture.stats(0.0)
+    point = run_point(target(fixture), prompts(4 * c), OUT, concurrency=c, input_len=32)
+    truth = fixture.truth(c, 4 * c, OUT)
+    late = fixture.stats()
+    # the fixture kept its cadence, so its truth holds
+    assert (late["late_5ms"] - before["late_5ms"]) / max(late["writes"] - before["writes"], 1) < 0.05
+    assert point.failures == 0 and point.completion_tokens == 4 * c * OUT and point.tokens_from_usage
+    assert point.output_tok_s == pytest.approx(truth["output_tok_s"], rel=0.03)
+    assert point.itl.p50 == pytest.approx(TPOT, rel=0.05)
+    assert point.tpot.p50 == pytest.approx(TPOT, rel=0.03)
+    # + the request's own send, the fixture's accept and parse: ~1 ms on an idle machine, more when
+    # other work keeps both processes waiting for a core
+    assert TTFT <= point.ttft.p50 < TTFT + 0.015
+    assert point.max_in_flight == c
+    assert not point.client_limited, point.client_limited_reason
+    client = point.client
+    assert client.workers == 1 and client.cpu_s > 0 and client.cpu_us_per_token > 0
+    assert client.loop_lag_p99_ms is not None and client.send_lag_p99_ms is None
+
+
+def test_a_rate_profile_keeps_its_schedule(fixture):
+    n, rate = 60, 30.0
+    point = run_point(target(fixture), prompts(n, 1), OUT, rate=rate, seed=3)
+    request_s = TTFT + (OUT - 1) * TPOT
+    duration = poisson_schedule(n, rate, 3)[-1] + request_s  # the last arrival, then its stream
+    assert point.failures == 0 and not point.client_limited, point.client_limited_reason
+    assert point.output_tok_s == pytest.approx(n * OUT / duration, rel=0.03)
+    assert point.client.send_lag_p99_ms is not None and point.client.send_lag_p99_ms < 20
+    assert point.itl.p50 == pytest.approx(TPOT, rel=0.05)
+
+
+def test_several_workers_share_one_point(fixture):
+    c = 32
+    point = run_point(target(fixture), prompts(4 * c, 2), OUT, concurrency=c, workers=2)
+    assert point.client.workers == 2 and point.failures == 0 and point.max_in_flight <= c
+    assert point.successes == 4 * c
+    assert point.output_tok_s == pytest.approx(fixture.truth(c, 4 * c, OUT)["output_tok_s"], rel=0.03)
+    assert point.itl.p50 == pytest.approx(TPOT, rel=0.05)
+
+
+def test_multi_token_chunks_are_token_cadence():
+    # 4 tokens per chunk every 40 ms: vLLM bench's one gap per chunk would read 40 ms
+    with StreamFixture(ttft=TTFT, tpot=TPOT, tokens_per_chunk=4) as fx:
+        plain = run_point(target(fx), prompts(16, 3), OUT, concurrency=8)
+    with StreamFixture(ttft=TTFT, tpot=TPOT, tokens_per_chunk=4, usage_every_chunk=True) as fx:
+        exact = run_point(target(fx), prompts(16, 4), OUT, concurrency=8)
+    for point in (plain, exact):
+        assert point.failures == 0 and point.completion_tokens == 16 * OUT
+        assert point.tpot.p50 == pytest.approx((15 * 4 * TPOT) / (OUT - 1), rel=0.03)
+        assert point.itl.mean == pytest.approx(point.tpot.mean, rel=0.02)
+        assert point.itl.p50 > 0.5 * TPOT
+    assert exact.itl.p50 == pytest.approx(TPOT, rel=0.05)
+
+
+def test_the_chat_api_streams_too(fixture):
+    point = run_point(Target(api_url=fixture.api_url, model="fixture", api="chat"),
+                      [Prompt(messages=[{"role": "user", "content": "hi there"}])] * 8, OUT, concurrency=4)
+    assert point.failures == 0 and point.completion_tokens == 8 * OUT
+    assert point.itl.p50 == pytest.approx(TPOT, rel=0.05) and point.ttft.p50 >= TTFT
+
+
+class Hog:
+    """A thread that spins in Python: it holds the GIL, so the client's event loop runs only in
+    the gaps the interpreter's switch interval leaves (a starved client, on purpose)."""
+
+    def __enter__(self):
+        self.stop = False
+        self.thread = threading.Thread(target=self.spin, daemon=True)
+        self.thread.start()
+        return self
+
+    def spin(self):
+        x = 0
+        while not self.stop:
+            x += 1
+
+    def __exit__(self, *exc):
+        self.stop = True
+        self.thread.join()
+
+
+def test_a_starved_client_says_so(fixture, monkeypatch):
+    monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "1")  # no worker to add: the point is flagged
+    with Hog():
+        point = run_point(target(fixture), prompts(64, 5), OUT, concurrency=32)
+    assert point.client_limited
+    assert "event-loop lag" in point.client_limited_reason or "of a core" in point.client_limited_reason
+    assert point.client.attempts == 1
+
+
+def test_a_starved_client_adds_a_worker_instead(fixture, monkeypatch):
+    monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "2")
+    with Hog():  # it starves this process; the retry's two workers are processes of their own
+        point = run_point(target(fixture), prompts(64, 6), OUT, concurrency=16)
+    assert point.client.attempts == 2 and point.client.workers == 2
+    assert point.failures == 0 and point.successes == 64
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_server_that_dies_mid_point_leaves_a_partial_point(workers):
+    import os
+    import signal
+
+    with StreamFixture(ttft=TTFT, tpot=TPOT) as fx:
+        timer = threading.Timer(1.0, lambda: os.killpg(fx.proc.pid, signal.SIGKILL))
+        timer.start()
+        try:
+            point = run_point(target(fx), prompts(96, 7), OUT, concurrency=8, workers=workers,
+                              alive=lambda: fx.proc.poll() is None, request_timeout=30)
+        finally:
+            timer.cancel()
+            fx.proc.wait()
+    assert point.partial and point.num_requests == 96
+    assert point.successes + point.failures == 96 and point.failures > 0
+    # requests cut off, refused before the next alive() poll, or not sent once it said so
+    assert all(any(word in reason for word in ("server died", "Connect", "connection", "Disconnected", "Payload"))
+               for reason in point.failure_reasons), point.failure_reasons

@@ -1,0 +1,154 @@
+"""The client's own logic without a server: token cadence from network reads, the client-limited
+verdict, worker counts, the shared schedule, and that old stored points still validate."""
+
+from __future__ import annotations
+
+import pytest
+
+from quantkit.measure import loadgen
+from quantkit.measure.client import SharedSchedule
+from quantkit.measure.point import BenchPoint, ClientStats, RequestResult, client_limit, summarize, token_timeline
+from quantkit.measure.workload import Prompt
+
+
+def test_one_token_per_read_gives_the_read_gaps():
+    # start 0, first chunk at 0.1, then one chunk every 20 ms: exactly vLLM bench's per-chunk gaps
+    times = [0.1 + 0.02 * i for i in range(5)]
+    ttft, itl, e2e, tokens = token_timeline(0.0, 0.1, times, [1] * 5, False, 5)
+    assert ttft == pytest.approx(0.1) and e2e == pytest.approx(0.18) and tokens == 5
+    assert itl == pytest.approx([0.02] * 4)
+
+
+def test_a_burst_shares_its_gap_instead_of_reading_zero():
+    # a late reader: chunks 2-4 came in one read at 0.16; vLLM bench would record 0.06, ~0, ~0
+    ttft, itl, e2e, tokens = token_timeline(0.0, 0.1, [0.1, 0.16, 0.18], [1, 3, 1], False, 5)
+    assert itl == pytest.approx([0.02, 0.02, 0.02, 0.02])
+    assert len(itl) == tokens - 1 and sum(itl) == pytest.approx(e2e - ttft)
+
+
+def test_multi_token_chunks_without_per_chunk_usage_are_spread_by_the_final_usage():
+    # 1 + 4 x 4 tokens in 5 chunks, 80 ms apart: the usage says 17 tokens
+    times = [0.1 + 0.08 * i for i in range(5)]
+    ttft, itl, e2e, tokens = token_timeline(0.0, 0.1, times, [1] * 5, False, 17)
+    assert tokens == 17 and len(itl) == 16
+    assert itl == pytest.approx([0.02] * 16)
+    # the TPOT these give is the stream's own
+    assert (e2e - ttft) / (tokens - 1) == pytest.approx(0.02)
+
+
+def test_exact_counts_from_per_chunk_usage_are_taken_as_they_are():
+    ttft, itl, _, tokens = token_timeline(0.0, 0.1, [0.1, 0.18, 0.26], [4, 4, 2], True, 10)
+    assert tokens == 10
+    assert itl == pytest.approx([0.0] * 3 + [0.02] * 4 + [0.04] * 2)
+
+
+def test_a_chat_role_chunk_sets_ttft_without_a_token():
+    # the role-only chunk at 0.1 carries no token; tokens follow 20 ms apart
+    ttft, itl, e2e, tokens = token_timeline(0.0, 0.1, [0.12, 0.14], [1, 1], False, 2)
+    assert ttft == pytest.approx(0.1) and e2e == pytest.approx(0.14) and itl == pytest.approx([0.02, 0.02])
+
+
+def test_no_chunk_with_choices_means_no_timeline():
+    assert token_timeline(0.0, None, [], [], False, None) is None
+
+
+def stats(**kw) -> ClientStats:
+    base = dict(workers=1, cpu_s=1.0, cores=0.2, busiest_worker=0.2, loop_lag_p50_ms=0.2, loop_lag_p99_ms=1.0)
+    return ClientStats(**(base | kw))
+
+
+def test_client_limit_names_what_saturated():
+    assert client_limit(stats()) is None
+    assert "95% of a core" in client_limit(stats(busiest_worker=0.95))
+    assert "event-loop lag" in client_limit(stats(loop_lag_p99_ms=40.0))
+    assert "event-loop lag" in client_limit(stats(loop_lag_p50_ms=5.0))
+    assert "behind the schedule" in client_limit(stats(send_lag_p50_ms=1.0, send_lag_p99_ms=80.0))
+    # lag is judged against the cadence it blurs: 30 ms late is noise beside a 200 ms ITL
+    assert client_limit(stats(loop_lag_p50_ms=3.0, loop_lag_p99_ms=30.0), itl_p50_s=0.2) is None
+    assert "other processes" in client_limit(stats(loop_lag_p50_ms=3.0, loop_lag_p99_ms=30.0), itl_p50_s=0.02)
+
+
+def test_summarize_carries_the_verdict_and_old_points_still_validate():
+    ok = RequestResult(ok=True, ttft=0.1, itl=[0.02], e2e=0.12, tpot=0.02, prompt_tokens=4, completion_tokens=2)
+    p = summarize([ok], 1.0, profile="concurrency", concurrency=1, rate=None, output_len=2, input_len=4,
+                  api="completions", started_at="t", client=stats(busiest_worker=0.99))
+    assert p.client_limited and "99% of a core" in p.client_limited_reason and p.client.workers == 1
+    stored = p.model_dump(mode="json")
+    for key in ("client", "client_limited", "client_limited_reason"):
+        stored.pop(key)  # a point stored before issue 13
+    old = BenchPoint.model_validate(stored)
+    assert old.client is None and old.client_limited is False
+
+
+def test_worker_counts(monkeypatch):
+    monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "8")
+    assert loadgen.max_workers() == 8
+    assert loadgen.auto_workers(1, None) == 1 and loadgen.auto_workers(256, None) == 1
+    assert loadgen.auto_workers(512, None) == 2 and loadgen.auto_workers(1024, None) == 4
+    assert loadgen.auto_workers(100_000, None) == 8 and loadgen.auto_workers(None, 5.0) == 1
+    monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "1")
+    assert loadgen.auto_workers(1024, None) == 1
+
+
+def test_jobs_split_the_slots_and_the_schedule():
+    target = loadgen.Target(api_url="http://x/v1", model="m")
+    bodies = [b"{}"] * 10
+    jobs = loadgen.plan_jobs(target, bodies, 3, 7, None, 60.0)
+    assert [j.slots for j in jobs] == [3, 2, 2] and all(j.indices is None for j in jobs)
+    offsets = [0.1 * i for i in range(10)]
+    jobs = loadgen.plan_jobs(target, bodies, 3, 10, offsets, 60.0)
+    assert sorted(i for j in jobs for i in j.indices) == list(range(10))
+    assert jobs[0].url == "http://x/v1/completions"
+    assert len(loadgen.plan_jobs(target, bodies[:2], 8, 2, None, 60.0)) == 2  # never more workers than slots
+
+
+def test_retry_prompts_are_new_to_a_prefix_cache_but_the_same_length():
+    prompts = [Prompt(token_ids=[1, 2, 3, 4])]
+    fresh = loadgen.fresh_prompts(prompts, 1)
+    assert fresh[0].token_ids == [2, 3, 4, 1]
+    assert loadgen.fresh_prompts([Prompt(text="hi")], 1) is None
+
+
+def test_shared_schedule_counts_across_handles(tmp_path):
+    path = str(tmp_path / "schedule")
+    a = SharedSchedule.create(path)
+    b = SharedSchedule(path)
+    assert [a.take(), b.take(), a.take()] == [0, 1, 2]
+    assert not b.stopped()
+    a.stop()
+    assert b.stopped()
+    a.close()
+    b.close()
+
+
+def test_request_body_is_what_vllm_bench_sends():
+    import json
+
+    target = loadgen.Target(api_url="http://x/v1", model="m")
+    body = json.loads(loadgen.request_body(target, Prompt(token_ids=[5, 6]), 8))
+    assert body == {"model": "m", "prompt": [5, 6], "max_tokens": 8, "ignore_eos": True, "stream": True,
+                    "stream_options": {"include_usage": True}}
+
+
+def test_the_report_marks_a_client_limited_point_and_shows_tpot():
+    from quantkit import report as R
+    from quantkit.measure.bench import BenchRun
+    from quantkit.measure.point import Stats
+
+    def point(c: int, limited: bool) -> BenchPoint:
+        s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
+        return BenchPoint(profile="concurrency", concurrency=c, output_len=64, input_len=128, num_requests=8,
+                          started_at="t", duration_s=1.0, successes=8, failures=0, prompt_tokens=1024,
+                          completion_tokens=512, output_tok_s=512.0, total_tok_s=1536.0, req_s=8.0,
+                          ttft=s, itl=s, tpot=s.model_copy(update={"p50": 0.025}), client=stats(busiest_worker=0.99),
+                          client_limited=limited, client_limited_reason="a client worker used 99% of a core")
+
+    run = BenchRun(model_dir="/m", points=[point(1, False), point(512, True)], complete=True)
+    variant = R.Variant(name="baseline", method="bf16", model_dir="/m", bench=run.model_dump(mode="json"))
+    report = R.build_report([variant], title="t", environment={})
+    (row,) = report.rows
+    assert row.top.client_limited and not row.c1.client_limited and row.top.tpot_p50 == 0.025
+    title, header, rows, caption = next(t for t in R.tables(report) if t[0] == "Throughput and latency")
+    assert "[client-limited]" in rows[0][2] and "[client-limited]" not in rows[0][1]
+    assert "TPOT p50 (ms) at knee" in header and rows[0][header.index("TPOT p50 (ms) at knee")] == "25.0"
+    assert "client-limited" in caption
