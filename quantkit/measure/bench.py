@@ -51,7 +51,9 @@ from ..files import atomic_write_json
 from ..machine import hardware
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
+from .gpu import open_gpus
 from .loadgen import Target, run_point, warmup
+from .metrics import PointMonitor
 from .point import BenchPoint
 from .search import KneeResult, find_knee
 from .slo import Slo
@@ -128,6 +130,23 @@ def check_loads(concurrency: list[int] | None, rate: list[float] | None, sweep: 
     return concurrency
 
 
+def measure_point(server: Server, target: Target, prompts: list, output_len: int, *, slo: Slo | None = None,
+                  concurrency: int | None = None, rate: float | None = None, seed: int = 0,
+                  input_len: int | None = None, interval_s: float = 1.0, gpus: Any = None,
+                  stop_factory: Callable[[PointMonitor], Callable] | None = None) -> BenchPoint:
+    """One load point with the server's /metrics (and the GPUs, `gpus`) sampled through it and
+    stored with the point; `stop_factory(monitor)` may give the point a `stop_when`."""
+    monitor = PointMonitor(server.url, interval_s, gpus=gpus)
+    with monitor:
+        point = run_point(target, prompts, output_len, concurrency=concurrency, rate=rate, seed=seed, slo=slo,
+                          alive=server.alive, input_len=input_len,
+                          stop_when=stop_factory(monitor) if stop_factory else None)
+    summary = monitor.summary()
+    point.server_metrics = summary.model_dump(mode="json") if summary else None
+    point.gpus = monitor.gpu_summary()
+    return point
+
+
 def run_bench(
     server: Server,
     model_dir: Path,
@@ -170,16 +189,15 @@ def run_bench(
             run.write()
             raise BackendError(f"{run.error} (server {server.url})")
     index = itertools.count()
+    gpus = None if server.info is None or server.info.remote else open_gpus()
 
     def measure(c: int | None = None, r: float | None = None) -> BenchPoint:
         n = num_prompts or default_num_prompts(c, r)
         point_no = next(index)
         label = f"concurrency {c}" if c is not None else f"rate {r:g}/s"
         info(f"point {label}: {n} requests of {input_len if not dataset else 'dataset'} in / {output_len} out")
-        point = run_point(
-            target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r, seed=seed + point_no,
-            slo=slo, alive=server.alive, input_len=None if dataset else input_len,
-        )
+        point = measure_point(server, target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r,
+                              seed=seed + point_no, slo=slo, input_len=None if dataset else input_len, gpus=gpus)
         run.points.append(point)
         run.write()
         if on_point:
@@ -190,18 +208,22 @@ def run_bench(
             raise BackendError(f"{run.error}; {len(run.points)} points kept (the last one partial) in {run.path}")
         return point
 
-    if sweep:
-        def knee_measure(c):
-            p = measure(c=int(c))
-            return p.output_tok_s, (p.slo_met is not False) and p.failures == 0
+    try:
+        if sweep:
+            def knee_measure(c):
+                p = measure(c=int(c))
+                return p.output_tok_s, (p.slo_met is not False) and p.failures == 0
 
-        run.knee = find_knee(knee_measure, lo=1, hi=sweep_max)
-    elif rate:
-        for r in rate:
-            measure(r=r)
-    else:
-        for c in concurrency:
-            measure(c=c)
+            run.knee = find_knee(knee_measure, lo=1, hi=sweep_max)
+        elif rate:
+            for r in rate:
+                measure(r=r)
+        else:
+            for c in concurrency:
+                measure(c=c)
+    finally:
+        if gpus is not None:
+            gpus.close()
     run.complete = True
     run.write()
     info(f"results: {run.path}")

@@ -14,6 +14,9 @@ successful requests / wall time of the whole point (first send to last completio
 
 A failed request is kept with its reason and counted; a point is never dropped. If the server dies
 during a point, the requests not yet sent are failed as "server died" and the point is `partial`.
+`stop_when(finished, elapsed_s)`, checked every second, may end a point whose verdict is already
+decided (capacity.py): the requests in flight are cancelled (vLLM aborts them), those not sent are
+never sent, both are left out of the point, and `stopped_early` says why.
 """
 
 from __future__ import annotations
@@ -113,12 +116,14 @@ def _error_message(text: str) -> str:
 
 
 SERVER_DIED = "server died before the request was sent"
+STOPPED = "the point was stopped early"
 
 
 async def run_point_async(target: Target, prompts: list[Prompt], output_len: int, *, concurrency: int | None = None,
                           rate: float | None = None, seed: int = 0, slo: Slo | None = None,
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
-                          request_timeout: float = 600.0) -> BenchPoint:
+                          request_timeout: float = 600.0,
+                          stop_when: Callable[[list[RequestResult], float], str | None] | None = None) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
     also capped by `concurrency`)."""
     if concurrency is None and rate is None:
@@ -131,6 +136,8 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
     limit = concurrency or n
     semaphore = asyncio.Semaphore(limit)
     dead = asyncio.Event()
+    stopped: list[str] = []  # the reason, once stop_when gave one
+    finished: list[RequestResult] = []
     in_flight = 0
     max_in_flight = 0
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -142,18 +149,27 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
 
         async def one(prompt: Prompt, offset: float) -> RequestResult:
             nonlocal in_flight, max_in_flight
-            delay = t0 + offset - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            async with semaphore:
-                if dead.is_set():
-                    return RequestResult(ok=False, error=SERVER_DIED, start_s=time.perf_counter() - t0)
-                in_flight += 1
-                max_in_flight = max(max_in_flight, in_flight)
-                try:
-                    return await send_request(client, target, prompt, output_len, t0)
-                finally:
-                    in_flight -= 1
+            try:
+                delay = t0 + offset - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                async with semaphore:
+                    if dead.is_set():
+                        return RequestResult(ok=False, error=SERVER_DIED, start_s=time.perf_counter() - t0)
+                    if stopped:
+                        return RequestResult(ok=False, error=STOPPED, start_s=time.perf_counter() - t0)
+                    in_flight += 1
+                    max_in_flight = max(max_in_flight, in_flight)
+                    try:
+                        result = await send_request(client, target, prompt, output_len, t0)
+                        finished.append(result)
+                        return result
+                    finally:
+                        in_flight -= 1
+            except asyncio.CancelledError:  # stop_when ended the point
+                return RequestResult(ok=False, error=STOPPED, start_s=time.perf_counter() - t0)
+
+        tasks = [asyncio.create_task(one(p, o)) for p, o in zip(prompts, offsets)]
 
         async def watch() -> None:
             while True:
@@ -161,22 +177,35 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                 if alive is not None and not await asyncio.to_thread(alive):
                     dead.set()
                     return
+                if stop_when is not None and not stopped:
+                    reason = stop_when(list(finished), time.perf_counter() - t0)
+                    if reason:
+                        stopped.append(reason)
+                        for task in tasks:
+                            task.cancel()
 
         watcher = asyncio.create_task(watch())
         try:
-            results = await asyncio.gather(*(one(p, o) for p, o in zip(prompts, offsets)))
+            results = await asyncio.gather(*tasks)
         finally:
             watcher.cancel()
         # the wall time of the whole point, as `vllm bench serve` measures it
         duration = time.perf_counter() - t0
     if not dead.is_set() and alive is not None and any(not r.ok for r in results) and not alive():
         dead.set()
+    if stopped:  # the requests cut off were never measured: they are not the server's failures
+        results = [r for r in results if r.error != STOPPED]
     point = summarize(
         list(results), duration, profile=profile, concurrency=concurrency, rate=rate, output_len=output_len,
         input_len=input_len, api=target.api, started_at=started_at, max_in_flight=max_in_flight,
         partial_reason="the server died during this point" if dead.is_set() else None,
     )
-    return slo.judge(point, list(results)) if slo is not None else point
+    point.stopped_early = stopped[0] if stopped else None
+    point = slo.judge(point, list(results)) if slo is not None else point
+    if point.stopped_early and point.slo is not None:
+        point.slo_met = False
+        point.slo_violations.append(f"stopped early: {point.stopped_early}")
+    return point
 
 
 def run_point(*args, **kwargs) -> BenchPoint:
