@@ -25,11 +25,11 @@ def _print_summary(summary) -> None:
 
 
 def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool,
-         enforce_gates: bool = True) -> None:
+         enforce_gates: bool = True, only: Optional[List[str]] = None) -> None:
     from ..pipeline import run as run_pipeline
 
     def body():
-        summary = run_pipeline(recipe, force=force, report_dir=report_dir)
+        summary = run_pipeline(recipe, force=force, report_dir=report_dir, only=only or None)
         if summary.gates_passed is False and enforce_gates:
             if not (json or quiet):
                 _print_summary(summary)
@@ -44,11 +44,12 @@ def run(
     recipe: str = typer.Argument(..., help="Run recipe YAML (model, baseline, methods, serve, bench, eval, gates)."),
     force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o", help="Where the report goes (default reports/<model>)."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only this variant (baseline or a method's name); repeatable. The report covers every variant in the store."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Convert, serve, bench and evaluate every variant of a recipe; resumable; then write the report."""
-    _run(recipe, force, report_dir, json, quiet)
+    _run(recipe, force, report_dir, json, quiet, only=only)
 
 
 @app.command()
@@ -84,12 +85,16 @@ def compare(
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth)
+        decision = result["report"].decision
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
-                "gates_passed": result["gates_passed"], "variants": result["variants"]}
+                "gates_passed": result["gates_passed"], "variants": result["variants"],
+                "decision": decision.model_dump(mode="json") if decision is not None else None}
 
     def human(r):
         for v in r["variants"]:
             stdout.print(f"{v['name']:<12} {v['status']:<8} {v['error'] or ''}")
+        if r["decision"]:
+            stdout.print(("recommended: " if r["decision"]["status"] == "recommended" else "") + r["decision"]["summary"])
         stdout.print(f"report: {r['paths'].get('md')}  {r['paths'].get('html')}")
 
     run_command(body, mode(json, quiet), human)

@@ -23,7 +23,9 @@ __all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
 
 
 def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None = None,
-        store: Store | None = None, executor: Executor | None = None) -> RunSummary:
+        store: Store | None = None, executor: Executor | None = None, only: list[str] | None = None) -> RunSummary:
+    """Every lane of the recipe (or the lanes named in `only`: a matrix split across calls or
+    machines; the store holds what each call measured and the report covers them all)."""
     started = time.monotonic()
     plan = load_run(recipe_path)
     model = models.resolve(plan.model)
@@ -32,6 +34,13 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version(),
                      common={"hardware": machine.fingerprint(), "quantkit": __version__})
     lanes = ([Lane("baseline", None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
+    if only:
+        from ..errors import UsageError, did_you_mean
+
+        names = [lane.label for lane in lanes]
+        if unknown := [n for n in only if n not in names]:
+            raise UsageError(f"--only {unknown[0]}: not a variant of {recipe_path}; {did_you_mean(unknown[0], names)}")
+        lanes = [lane for lane in lanes if lane.label in only]
     own_store = store is None
     store = store or Store()
     summary = RunSummary(recipe=str(recipe_path), model=model.name)
