@@ -4,7 +4,8 @@
 stored) and names what limits it, in this order:
 - client: quantkit's own load generator limited the point (its latencies are not the server's);
 - kv_cache: the KV cache ran (nearly) full or requests were preempted;
-- token_budget: requests waited while engine steps ran full at `--max-num-batched-tokens`;
+- token_budget: requests waited while engine steps ran full at `--max-num-batched-tokens` (tokens
+  per step from vLLM's counters), or while slots and KV cache were free;
 - batch_slots: requests waited while `--max-num-seqs` requests ran (or, that knob unset, while
   the running count held at its ceiling);
 - compute: no scheduler limit was reached: each engine step takes longer as the batch grows, so the
@@ -21,7 +22,7 @@ from pydantic import BaseModel, Field
 
 KV_FULL = 0.90  # KV-cache usage at or above which the cache is the limit
 QUEUED = 1.0  # mean waiting requests at or above which requests queued through the point
-STEPS_AT_BUDGET = 0.30  # share of engine steps at the token budget for it to be the limit
+STEP_FULL = 0.70  # tokens per engine step / --max-num-batched-tokens at or above which steps ran full
 RUNNING_HELD = 0.90  # running mean / max at or above which the running count held at a ceiling
 
 Kind = Literal["kv_cache", "token_budget", "batch_slots", "compute", "client", "unknown"]
@@ -54,19 +55,6 @@ def _get(block: dict | None, key: str) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def steps_at_budget(steps_by_tokens: dict[str, float], budget: int) -> float | None:
-    """Share of engine steps in the histogram bucket holding `budget` tokens (vLLM's buckets are
-    powers of two, so a step of exactly the budget falls into the bucket whose bound is >= it)."""
-    total = sum(steps_by_tokens.values())
-    if total <= 0:
-        return None
-    bounds = sorted((float("inf") if le in ("+Inf", "inf") else float(le), n) for le, n in steps_by_tokens.items())
-    lows = [0.0] + [b for b, _ in bounds[:-1]]
-    at = sum(n for (le, n), low in zip(bounds, lows) if le >= budget and low < budget)
-    above = sum(n for (le, n), low in zip(bounds, lows) if low >= budget)
-    return (at + above) / total
-
-
 def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
              load: float | None = None) -> Bound:
     """The bound a point (BenchPoint as JSON) shows; see the module's docstring for the rules."""
@@ -95,23 +83,29 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     if preempted > 0 or (kv_max is not None and kv_max >= KV_FULL):
         return bound("kv_cache", f"KV cache {kv_max or 0:.0%} full at most, {preempted:.0f} preemptions")
     queued = waiting >= QUEUED
-    budget = serve_config.get("max_num_batched_tokens")
-    if queued and budget:
-        share = steps_at_budget(sm.get("steps_by_tokens") or {}, int(budget))
-        if share is not None and share >= STEPS_AT_BUDGET:
-            figures["steps_at_budget"] = share
-            return bound("token_budget", f"{share:.0%} of engine steps ran full at --max-num-batched-tokens {budget} "
-                                         f"while {waiting:.1f} requests waited on average")
     seqs = serve_config.get("max_num_seqs")
+    budget = serve_config.get("max_num_batched_tokens")
+    per_step = sm.get("tokens_per_step")
+    if per_step is not None:
+        figures["tokens_per_step"] = per_step
     if queued and seqs and run_max >= seqs:
         return bound("batch_slots", f"{run_max:.0f} requests ran (--max-num-seqs {seqs}) while {waiting:.1f} "
                                     f"waited on average (at most {waiting_max:.0f})")
-    if queued and not seqs and run_max > 0 and run_mean >= RUNNING_HELD * run_max:
+    if queued and budget and per_step is not None and per_step >= STEP_FULL * budget:
+        return bound("token_budget", f"engine steps carried {per_step:.0f} tokens on average against "
+                                     f"--max-num-batched-tokens {budget} while {waiting:.1f} requests waited")
+    if queued and seqs:
+        return bound("token_budget", f"{waiting:.1f} requests waited on average while only {run_max:.0f} of "
+                                     f"{seqs} slots ran and the KV cache had room: the step's token budget admitted no more")
+    if queued and run_max > 0 and run_mean >= RUNNING_HELD * run_max:
+        # vLLM does not expose its scheduler limits: a ceiling with both knobs at their defaults is
+        # read as the slots (the token budget holds prefill-heavy loads; then tokens per step say so)
         return bound("batch_slots", f"the running count held at {run_max:.0f} (the server's max-num-seqs) while "
-                                    f"{waiting:.1f} requests waited on average")
+                                    f"{waiting:.1f} requests waited on average"
+                                    + (f"; steps carried {per_step:.0f} tokens" if per_step is not None else ""))
     if queued:
-        return bound("token_budget", f"{waiting:.1f} requests waited on average while only {run_max:.0f} ran and the "
-                                     "KV cache had room: the scheduler's token budget admitted no more")
+        return bound("token_budget", f"{waiting:.1f} requests waited on average while at most {run_max:.0f} ran and "
+                                     "the KV cache had room: the scheduler admitted no more")
     return bound("compute", f"no scheduler limit reached (KV cache {kv_max or 0:.0%}, {run_max:.0f} running, "
                             f"{waiting:.1f} waiting on average): each step slows as the batch grows")
 

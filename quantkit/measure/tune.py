@@ -396,10 +396,16 @@ def _optuna_state(t: Trial):
 
 def _tell(opt, trial, t: Trial) -> None:
     state, value = _optuna_state(t)
-    if value is not None:
-        opt.tell(trial, value)
-    else:
-        opt.tell(trial, state=state)
+    try:
+        if value is not None:
+            opt.tell(trial, value)
+        else:
+            opt.tell(trial, state=state)
+    except RuntimeError as exc:
+        # GridSampler stops the study once the grid is done, which Optuna allows only inside
+        # study.optimize(); the trial is told by then, and the loop ends on the grid's size
+        if "Study.stop" not in str(exc):
+            raise
 
 
 def summarize_study(model_dir: Path, study: str, slo: Slo, settings: TuneSettings, capacity: CapacitySettings,

@@ -17,6 +17,7 @@ tuning (`CapacityCell`, built from the stored capacity / tune records by `capaci
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -77,7 +78,9 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
         goodput_req_s=cap.get("goodput_req_s"), tolerance=float(settings.get("tolerance") or 0.10),
         points=int(result.get("points_spent") or len(result.get("points") or [])),
         bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"),
-        serve_args=args_of(server.get("serve_config")), command=command, label=label)
+        serve_args=args_of(server.get("serve_config")), label=label,
+        command=command or (shlex.join(["vllm", "serve", result["model_dir"], *args_of(server.get("serve_config"))])
+                            if result.get("model_dir") else None))
     if cell.load is None:
         points = result.get("points") or []
         if points:
@@ -188,10 +191,11 @@ def decide(rows: list[Any]) -> Decision:
         versus = (f"{ratio:.2f} x bf16 on vLLM defaults" if ratio is not None else
                   "bf16 on vLLM defaults has no capacity under this SLO" if baseline_cell is not None else
                   "no bf16 baseline measured under this SLO")
-        flags = " ".join(best.cell.serve_args) or "vLLM's defaults"
+        flags = (f"vLLM's defaults ({' '.join(best.cell.serve_args)})" if best.cell.config == "defaults"
+                 and best.cell.serve_args else " ".join(best.cell.serve_args) or "vLLM's defaults")
         rec = "" if best.recovery is None else f", recovery {best.recovery:.3f}" + (
             f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "")
-        summary = (f"deploy {best.variant} ({best.method}) with {flags}: {best.cell.goodput:.2f} requests/s "
+        summary = (f"deploy {best.variant} ({best.method}) {'on' if flags.startswith('vLLM') else 'with'} {flags}: {best.cell.goodput:.2f} requests/s "
                    f"within {best.cell.slo} at {best.cell.load_text()}, {versus}{rec}"
                    + (f"; bound: {best.cell.bound}" if best.cell.bound else ""))
         if len(band) > 1:

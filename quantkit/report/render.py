@@ -99,7 +99,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                   fmt_ms((r.top.ttft_p50, r.top.ttft_p95)) if r.top else DASH,
                   fmt_ms((r.c1.itl_p50, r.c1.itl_p95)) if r.c1 else DASH,
                   fmt_ms((r.top.itl_p50, r.top.itl_p95)) if r.top else DASH] for r in r_],
-                "at knee: the knee of the sweep, or the highest load measured (\"highest\") when there was no sweep"))
+                "at knee: the knee of the sweep, the capacity under the SLO (\"capacity\"), or the highest load measured "
+                "(\"highest\")"))
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}

@@ -89,3 +89,39 @@ def test_failed_variants_are_not_candidates():
     rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
             row("int8", cell(9.0), recovery=1.0, status="failed")]
     assert decide(rows).recommended.variant == "baseline"
+
+
+def capacity_record(goodput, load=8, slo=SLO, bound="batch_slots"):
+    """A stored CapacityResult as the report reads it (the fields it uses)."""
+    return {"kind": "quantkit.capacity", "slo": slo, "settings": {"profile": "concurrency", "tolerance": 0.1},
+            "capacity": {"load": load, "req_s": goodput, "output_tok_s": goodput * 64, "goodput_req_s": goodput,
+                         "point_index": 0} if goodput else None,
+            "search": {"reason": "bracketed" if goodput else "below_min"}, "points_spent": 6,
+            "points": [{"profile": "concurrency", "concurrency": load, "successes": 16, "output_tok_s": (goodput or 0) * 64,
+                        "slo_violations": [] if goodput else ["tpot_p95 0.3s > 0.1s"]}],
+            "bound": {"kind": bound, "evidence": "4 requests ran", "knob": "--max-num-seqs higher"},
+            "server": {"serve_config": {"enforce_eager": True, "max_model_len": 2048}}}
+
+
+def test_the_report_opens_with_the_recommendation(tmp_path):
+    from quantkit.report.build import Variant, build_report
+    from quantkit.report.render import render_markdown, write_report
+
+    tune = {"slo": SLO, "capacity": {"profile": "concurrency", "tolerance": 0.1}, "server_starts": 3, "trials": [{}, {}, {}],
+            "best": {"label": "max-num-seqs=16", "value": 3.0, "capacity": {"load": 16, "req_s": 3.1, "output_tok_s": 190},
+                     "command": "vllm serve /m/int8 --max-num-seqs 16 --enforce-eager", "points": 5,
+                     "bound": {"kind": "compute", "evidence": "e", "knob": "k"}}}
+    variants = [Variant(name="baseline", method="bf16", model_dir="/m/bf16", baseline=True, capacity=capacity_record(1.0)),
+                Variant(name="int8", method="int8", model_dir="/m/int8", convert={"method": "int8"},
+                        capacity=capacity_record(2.0), tune=tune)]
+    report = build_report(variants, title="t", environment={})
+    d = report.decision
+    assert d.status == "recommended" and d.recommended.cell.config == "tuned" and d.ratio_vs_baseline == pytest.approx(3.0)
+    md = render_markdown(report)
+    assert md.index("## Recommended deployment") < md.index("## Capacity under the SLO") < md.index("## Checkpoints")
+    assert "`vllm serve /m/int8 --max-num-seqs 16 --enforce-eager`" in md and "3.00 x" in md
+    assert "attainment is the share of requests" in md  # the definitions are printed
+    assert "c=16: 3.00 req/s, 190 tok/s (1.50 x) with --max-num-seqs 16" in md
+    paths = write_report(report, tmp_path)
+    assert (tmp_path / "plots" / "recovery_vs_capacity.png").exists() is False  # no recovery: not drawn
+    assert "Recommended deployment" in paths["html"].read_text()
