@@ -148,12 +148,16 @@ def _print_any(result) -> None:
 def _print_capacity(result) -> None:
     title = f"{result.model_name}: capacity under {result.slo}"
     table = _table(*_HEADER, title=title)
+    stopped = []
     for p in result.points:
         row = _point_row(p)
         if p.stopped_early:
-            row[0] += " (stopped)"
+            row[0] += "*"
+            stopped.append(f"* {row[0][:-1]}: stopped early: {p.stopped_early}")
         table.add_row(*row)
     stdout.print(table)
+    for line in stopped:
+        stdout.print(line)
     stdout.print(result.summary())
     if result.bound is not None:
         stdout.print(f"bound: {result.bound.kind}: {result.bound.evidence}\n  knob: {result.bound.knob}")

@@ -34,10 +34,15 @@ def env(home: Path) -> dict[str, str]:
 
 def count(db: Path, sql: str) -> int:
     try:
-        with sqlite3.connect(db, timeout=1) as conn:
-            return conn.execute(sql).fetchone()[0]
+        conn = sqlite3.connect(db, timeout=1)
     except sqlite3.OperationalError:
         return 0
+    try:
+        return conn.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()
 
 
 def descendants_gone(pids: list[int], timeout: float = 60) -> bool:
@@ -57,7 +62,9 @@ def test_tune_resumes_after_sigint(tiny_llama_dir, tmp_path):
             "--slo", SLO, "--budget", "3", "--knobs", "max-num-seqs", "--space", "max-num-seqs=2,4,default",
             "--sampler", "grid", *WORKLOAD]
     started = time.monotonic()
-    proc = subprocess.Popen(argv, env=env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C as a terminal sends it: a test run in the background inherits SIGINT ignored
+    proc = subprocess.Popen(argv, env=env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and proc.poll() is None:
