@@ -292,9 +292,8 @@ def finish(result: CapacityResult, search: CapacitySearch) -> CapacityResult:
     serve_config = (result.server.serve_config if result.server else None) or {}
     points = [p.model_dump(mode="json") for p in result.points]
     if search.reason == "untrusted":
-        last = len(points) - 1
-        result.bound = classify_capacity(points, None, last, serve_config)
-    elif search.reason != "max_reached":
+        result.bound = classify_capacity(points, None, len(points) - 1, serve_config)
+    else:  # max_reached: the SLO held to the top of the range; the server's state there, for the record
         result.bound = classify_capacity(points, cap_i, ceil_i, serve_config)
     result.points_spent = len(result.points)
     result.complete = True
