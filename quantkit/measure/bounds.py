@@ -10,7 +10,8 @@ stored) and names what limits it, in this order:
   the running count held at its ceiling);
 - compute: no scheduler limit was reached: each engine step takes longer as the batch grows, so the
   latency bound breaks first (the GPU's utilization, where measured, says how busy it was);
-- unknown: the server exposed no /metrics.
+- unknown: no /metrics reading saw the load (none exposed, or the point was shorter than the
+  scrape interval).
 Each bound names the knob that moves it. The thresholds are stated beside them.
 """
 
@@ -36,7 +37,7 @@ KNOBS: dict[str, str] = {
     "compute": "the step itself: a faster precision, more GPUs (--tensor-parallel-size), or a lower "
                "--max-num-batched-tokens where ITL is the bound that breaks",
     "client": "run the load generator where it has CPU to spare (its own points say it limited them)",
-    "unknown": "the server exposed no /metrics: nothing to tell the bound from",
+    "unknown": "no /metrics reading during the load (none exposed, or points shorter than the scrape interval)",
 }
 
 
@@ -65,6 +66,10 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     sm = point.get("server_metrics")
     if not isinstance(sm, dict) or not sm.get("samples"):
         return Bound(kind="unknown", load=load, knob=KNOBS["unknown"], evidence="no /metrics readings")
+    if (_get(sm.get("running"), "max") or 0) == 0 and not (sm.get("deltas") or {}).get("preemptions"):
+        return Bound(kind="unknown", load=load, knob=KNOBS["unknown"],
+                     evidence=f"the point ended before /metrics saw a request running ({sm.get('samples')} readings, "
+                              f"every {sm.get('interval_s')} s)")
     kv_max = _get(sm.get("kv_usage"), "max")
     preempted = (sm.get("deltas") or {}).get("preemptions") or 0.0
     waiting = _get(sm.get("waiting"), "mean") or 0.0

@@ -162,7 +162,9 @@ def capacity_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], st
         bound_cell = r.capacity_tuned if r.capacity_tuned is not None and r.capacity_tuned.bound else r.capacity
         bound = DASH if bound_cell is None or not bound_cell.bound else bound_cell.bound
         tuned = cell_text(r.capacity_tuned, r.capacity)
-        if r.capacity_tuned is not None and r.capacity_tuned.serve_args:
+        if r.capacity_tuned is not None and r.capacity_tuned.label == "defaults":
+            tuned = f"defaults kept ({r.capacity_tuned.trials} trials, {r.capacity_tuned.servers} servers)"
+        elif r.capacity_tuned is not None and r.capacity_tuned.serve_args:
             tuned += f" with {' '.join(r.capacity_tuned.serve_args)}"
         out.append([r.name, cell_text(r.capacity), tuned,
                     fmt_pm(r.recovery, r.recovery_stderr) if r.recovery is not None else DASH, r.gate or DASH, bound])

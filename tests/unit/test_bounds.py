@@ -68,3 +68,10 @@ def test_gpu_utilization_is_quoted_where_measured():
     point = {**c["point"], "gpus": [{"index": 0, "util_mean": 97.0}]}
     bound = classify(point, c["serve_config"])
     assert bound.kind == "compute" and "GPU utilization 97%" in bound.evidence
+
+
+def test_a_point_shorter_than_the_scrape_interval_is_unknown_not_compute():
+    c = case("compute")
+    sm = {**c["point"]["server_metrics"], "samples": 2, "running": {**c["point"]["server_metrics"]["running"], "max": 0.0}}
+    bound = classify({**c["point"], "server_metrics": sm}, c["serve_config"])
+    assert bound.kind == "unknown" and "2 readings" in bound.evidence
