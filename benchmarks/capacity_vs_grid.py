@@ -62,10 +62,13 @@ def main() -> None:
                     p = measure_point(server, target, source.prompts(settings.requests(c), 1000 + c), args.output_len,
                                       slo=slo, concurrency=c, input_len=args.input_len)
                     passed.append((c, bool(p.slo_met)))
-                truth = max((c for c, ok in passed if ok), default=None)
-                monotone = all(ok for c, ok in passed if truth and c <= truth)
-                print(f"grid: {len(passed)} points, {time.monotonic() - t0:.0f} s: highest passing c={truth} "
-                      f"({'monotone' if monotone else 'not monotone: ' + str(passed)}); load {os.getloadavg()[0]:.1f}")
+                # the grid's capacity: the highest concurrency below its first failure (a shared
+                # machine can fail a load and pass a higher one; the highest pass is printed too)
+                first_fail = next((c for c, ok in passed if not ok), None)
+                truth = (first_fail - 1 if first_fail else args.max) or None
+                highest = max((c for c, ok in passed if ok), default=None)
+                print(f"grid: {len(passed)} points, {time.monotonic() - t0:.0f} s: capacity c={truth} (highest pass "
+                      f"c={highest}; failed at {[c for c, ok in passed if not ok] or 'none'}); load {os.getloadavg()[0]:.1f}")
         for r in searches:
             print(f"search vs grid truth {truth}: found {r.search.capacity}, within tolerance: "
                   f"{r.search.capacity is not None and truth is not None and abs(r.search.capacity - truth) <= max(1, args.tolerance * truth)}")
