@@ -23,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import UsageError, did_you_mean
 from .evals.gates import Gates, GrowSettings
+from .measure.capacity import CapacitySettings
+from .measure.tune import TuneSettings
 from .serve.config import ServeConfig
 
 SCHEMA_VERSION = 1
@@ -240,7 +242,12 @@ def override(recipe: Recipe, **fields: Any) -> Recipe:
 
 
 class MethodEntry(Strict):
-    method: str
+    """One variant: a method quantkit converts, or (`checkpoint:`) an existing quantized checkpoint
+    (a local folder or a Hub id such as an AWQ release) that is measured as it is, with no
+    convert stage."""
+
+    method: str | None = None
+    checkpoint: str | None = None  # an existing checkpoint instead of a conversion
     name: str | None = None  # label in the report (default: the method)
     recipe: str | None = None  # a built-in recipe name or YAML path (default: the method's)
     num_samples: int | None = None
@@ -250,7 +257,16 @@ class MethodEntry(Strict):
     backend: str | None = None
 
     def label(self) -> str:
-        return self.name or self.method
+        return self.name or self.method or Path(str(self.checkpoint)).name
+
+    def check(self) -> None:
+        if (self.method is None) == (self.checkpoint is None):
+            raise UsageError("give either method: (quantkit converts) or checkpoint: (an existing checkpoint), not "
+                             + ("both" if self.method else "neither"))
+        if self.checkpoint is not None and any(v is not None for v in (
+                self.recipe, self.num_samples, self.seq_len, self.calib, self.group_size, self.backend)):
+            raise UsageError("a checkpoint: variant is not converted: leave out recipe, num_samples, seq_len, calib, "
+                             "group_size and backend")
 
     def quant_recipe(self) -> Recipe:
         base = load(self.recipe) if self.recipe else for_method(self.method)
@@ -294,6 +310,22 @@ class ExecutorSettings(Strict):
     max_retries: int = Field(1, ge=0)
 
 
+def _slo_text(value: Any) -> str | None:
+    """A recipe's `slo:` as a string (`ttft_p95=1,tpot_p95=0.1`) or a mapping ({ttft_p95: 1, ...})."""
+    from .measure.slo import parse_slo
+
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = ",".join(f"{k}={v}" for k, v in value.items())
+    if not isinstance(value, str):
+        raise ValueError("slo is a string like ttft_p95=1,tpot_p95=100ms or a mapping of the same terms")
+    try:
+        return str(parse_slo(value))
+    except UsageError as exc:
+        raise ValueError(exc.message.replace("--slo", "slo")) from None
+
+
 class RunRecipe(Strict):
     kind: Literal["run"] = "run"
     name: str
@@ -307,6 +339,21 @@ class RunRecipe(Strict):
     gates: Gates = Field(default_factory=Gates)
     bandwidth_gbs: float | None = None
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
+    # capacity under an SLO on the `serve:` configuration (vLLM's defaults plus those flags), and
+    # optionally the tuner's search for a better configuration; both need `slo:`
+    slo: str | dict[str, Any] | None = None
+    capacity: CapacitySettings = Field(default_factory=CapacitySettings)
+    tune: TuneSettings | None = None
+
+    @field_validator("slo")
+    @classmethod
+    def _valid_slo(cls, value: Any) -> str | None:
+        return _slo_text(value)
+
+    def slo_object(self):
+        from .measure.slo import parse_slo
+
+        return parse_slo(self.slo) if self.slo else None
 
 
 def load_run(path: str | Path) -> RunRecipe:
@@ -331,9 +378,20 @@ def load_run(path: str | Path) -> RunRecipe:
     run = parse_model(text, source, RunRecipe, "a run recipe")
     for entry in run.methods:
         try:
-            entry.quant_recipe()
+            entry.check()
+            if entry.method is not None:
+                entry.quant_recipe()
         except UsageError as exc:
             raise UsageError(f"{source}: method {entry.label()}: {exc.message}") from None
+    if run.tune is not None and run.slo is None:
+        raise UsageError(f"{source}: tune: maximizes the capacity under an SLO: set slo: too")
+    if run.tune is not None:
+        from .measure.tune import resolve_space
+
+        try:
+            resolve_space(run.tune, gpus=0)
+        except UsageError as exc:
+            raise UsageError(f"{source}: tune: {exc.message}") from None
     labels = [e.label() for e in run.methods]
     if len(set(labels)) != len(labels) or "baseline" in labels:
         raise UsageError(f"{source}: method labels must be unique and not 'baseline' (got {labels}); set name:")

@@ -56,5 +56,6 @@ RESULT_SCHEMAS = Registry(
     {
         "quantkit.bench": "quantkit.measure.bench:BenchRun",
         "quantkit.eval": "quantkit.evals.results:EvalRun",
+        "quantkit.capacity": "quantkit.measure.capacity:CapacityResult",
     },
 )

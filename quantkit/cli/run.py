@@ -30,12 +30,13 @@ def _print_summary(summary) -> None:
 
 
 def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool,
-         enforce_gates: bool = True, executor: Optional[str] = None, address: Optional[str] = None) -> None:
+         enforce_gates: bool = True, executor: Optional[str] = None, address: Optional[str] = None,
+         only: Optional[List[str]] = None) -> None:
     from ..pipeline import run as run_pipeline
 
     def body():
         summary = run_pipeline(recipe, force=force, report_dir=report_dir, executor=executor, address=address,
-                               output=mode(json, quiet))
+                               output=mode(json, quiet), only=only or None)
         failed = [o for o in summary.outcomes if o.status == "failed"]
         gated = summary.gate_verdict in ("fail", "inconclusive") and enforce_gates
         if (failed or gated) and not json:
@@ -69,13 +70,14 @@ def run(
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o", help="Where the report goes (default reports/<model>)."),
     executor: Optional[str] = typer.Option(None, "--executor", "-e", help="local (one variant after another, the default) or ray (one variant per lane, in parallel); overrides the recipe's executor:."),
     address: Optional[str] = typer.Option(None, "--address", help="A Ray cluster to join (HEAD:6379; default $RAY_ADDRESS, else a Ray instance on this machine); implies --executor ray."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Run only this variant (baseline or a method's name); repeatable. The report covers every variant in the store."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Convert, serve, bench and evaluate every variant of a recipe; resumable; then write the report.
 
     With --executor ray the variants run in parallel, one per lane, with a live table of each lane."""
-    _run(recipe, force, report_dir, json, quiet, executor=executor, address=address)
+    _run(recipe, force, report_dir, json, quiet, executor=executor, address=address, only=only)
 
 
 @app.command()
@@ -112,9 +114,11 @@ def compare(
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth)
+        decision = result["report"].decision
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
                 "gates_passed": result["gates_passed"], "gate_verdict": result["gate_verdict"],
-                "gate_counts": result["gate_counts"], "verdicts": result["verdicts"], "variants": result["variants"]}
+                "gate_counts": result["gate_counts"], "verdicts": result["verdicts"], "variants": result["variants"],
+                "decision": decision.model_dump(mode="json") if decision is not None else None}
 
     def human(r):
         for v in r["variants"]:
@@ -123,6 +127,8 @@ def compare(
         if r["gate_verdict"] is not None:
             c = r["gate_counts"]
             stdout.print(f"gates: {c['pass']} pass, {c['fail']} fail, {c['inconclusive']} inconclusive")
+        if r["decision"]:
+            stdout.print(("recommended: " if r["decision"]["status"] == "recommended" else "") + r["decision"]["summary"])
         stdout.print(f"report: {r['paths'].get('md')}  {r['paths'].get('html')}")
 
     run_command(body, mode(json, quiet), human)

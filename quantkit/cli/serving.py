@@ -65,6 +65,12 @@ def bench(
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),
     warmup: int = typer.Option(2, "--warmup", min=0, help="Warm-up requests before measuring (excluded)."),
     client_workers: Optional[int] = typer.Option(None, "--client-workers", min=1, help="Load-generator worker processes (default: automatic, one per 256 streams, more when a point saturates the client)."),
+    capacity: bool = typer.Option(False, "--capacity", help="Search the highest load that meets --slo (capacity under the SLO) instead of fixed points."),
+    capacity_profile: str = typer.Option("concurrency", "--capacity-profile", help="Load axis of --capacity: concurrency or rate (Poisson req/s)."),
+    tolerance: float = typer.Option(0.10, "--tolerance", min=0.01, max=1.0, help="--capacity brackets the capacity to this share (0.1 = 10%)."),
+    capacity_start: float = typer.Option(1, "--capacity-start", min=0.001, help="Lowest load --capacity tries."),
+    capacity_max: float = typer.Option(1024, "--capacity-max", min=0.001, help="Highest load --capacity tries."),
+    waves: float = typer.Option(3.0, "--waves", min=0.1, help="--capacity: requests per concurrency point = waves x concurrency (min 16; -n caps it)."),
     url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
     port: Port = None,
@@ -80,6 +86,12 @@ def bench(
     def body():
         if api not in ("completions", "chat"):
             raise UsageError(f"--api must be completions or chat, not '{api}'")
+        if capacity:
+            return _capacity(model_dir, parse_slo(slo), url=url, config=serve.config(), port=port,
+                             startup_timeout=startup_timeout, out_dir=results_dir, profile=capacity_profile,
+                             tolerance=tolerance, start=capacity_start, maximum=capacity_max, waves=waves,
+                             input_len=input_len, output_len=output_len, max_requests=num_prompts, seed=seed,
+                             warmup=warmup, progress=not (json or quiet), extra=(concurrency, rate, sweep, dataset))
         return run_bench(
             model_dir, concurrency=positive_list(concurrency, int, "--concurrency"), rate=positive_list(rate, float, "--rate"),
             sweep=sweep, sweep_max=sweep_max, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
@@ -88,7 +100,52 @@ def bench(
             client_workers=client_workers, on_point=None if json or quiet else _progress,
         )
 
-    run_command(body, mode(json, quiet), _print_run)
+    run_command(body, mode(json, quiet), _print_any)
+
+
+def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, input_len, output_len, max_requests, seed,
+              warmup, progress, extra, **server):
+    from ..errors import UsageError
+    from ..measure.capacity import CapacitySettings, capacity
+
+    if any(extra):
+        raise UsageError("--capacity chooses its own loads: leave out --concurrency, --rate, --sweep and --dataset")
+    if profile not in ("concurrency", "rate"):
+        raise UsageError(f"--capacity-profile must be concurrency or rate, not '{profile}'")
+    try:
+        settings = CapacitySettings(profile=profile, tolerance=tolerance, start=start, max=maximum, waves=waves,
+                                    input_len=input_len, output_len=output_len, max_requests=max_requests, seed=seed,
+                                    warmup=warmup)
+    except ValueError as exc:
+        first = exc.errors()[0] if hasattr(exc, "errors") else {}
+        raise UsageError(f"bad capacity option {'.'.join(map(str, first.get('loc', ())))}: {first.get('msg', exc)}") from None
+    return capacity(model_dir, slo, settings, on_point=_progress if progress else None, **server)
+
+
+def _print_any(result) -> None:
+    if getattr(result, "kind", "") == "quantkit.capacity":
+        _print_capacity(result)
+    else:
+        _print_run(result)
+
+
+def _print_capacity(result) -> None:
+    title = f"{result.model_name}: capacity under {result.slo}"
+    table = _table(*_HEADER, title=title)
+    stopped = []
+    for p in result.points:
+        row = _point_row(p)
+        if p.stopped_early:
+            row[0] += "*"
+            stopped.append(f"* {row[0][:-1]}: stopped early: {p.stopped_early}")
+        table.add_row(*row)
+    stdout.print(table)
+    for line in stopped:
+        stdout.print(line)
+    stdout.print(result.summary())
+    if result.bound is not None:
+        stdout.print(f"bound: {result.bound.kind}: {result.bound.evidence}\n  knob: {result.bound.knob}")
+    stdout.print(f"results: {result.path}")
 
 
 def _ms(stats, stat: str) -> str:
@@ -163,53 +220,74 @@ def _print_run(run) -> None:
 @serving_options
 def tune(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05; the best config must meet it."),
-    knob: Optional[list[str]] = typer.Option(None, "--knob", help="Grid of one knob, NAME=V1,V2 (e.g. max-num-seqs=8,32); repeatable; replaces the default grid."),
-    full_grid: bool = typer.Option(False, "--full-grid", help="Every combination instead of one knob at a time."),
-    max_configs: int = typer.Option(6, "--max-configs", help="Most configurations (servers) to try."),
-    concurrency: int = typer.Option(16, "--concurrency", "-c", help="Load at which configurations are compared."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="The SLO whose capacity is maximized, e.g. ttft_p95=1,tpot_p95=0.1[,attainment=0.9]."),
+    budget: int = typer.Option(6, "--budget", help="vLLM servers to start in all (trials), the base configuration included; a second call continues the study."),
+    space: Optional[list[str]] = typer.Option(None, "--space", help="Choices of one knob, NAME=V1,V2 (default = vLLM's default), e.g. max-num-seqs=16,64,default; NAME= drops it; repeatable."),
+    knobs: Optional[str] = typer.Option(None, "--knobs", help="Only these knobs, comma-separated (e.g. max-num-seqs,max-num-batched-tokens)."),
+    sampler: str = typer.Option("tpe", "--sampler", help="Optuna sampler: tpe, random or grid."),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop trials whose cheap probe is below the median (Optuna's MedianPruner)."),
+    capacity_profile: str = typer.Option("concurrency", "--capacity-profile", help="Load axis: concurrency or rate."),
+    tolerance: float = typer.Option(0.10, "--tolerance", help="Capacity bracketed to this share."),
+    capacity_start: float = typer.Option(1, "--capacity-start", help="Lowest load tried."),
+    capacity_max: float = typer.Option(1024, "--capacity-max", help="Highest load tried."),
+    waves: float = typer.Option(3.0, "--waves", help="Requests per concurrency point = waves x concurrency (min 16)."),
     input_len: int = typer.Option(128, "--input-len", help="Prompt tokens (exact)."),
     output_len: int = typer.Option(64, "--output-len", help="Generated tokens per request (exact)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", help="Requests per configuration."),
-    seed: int = typer.Option(0, "--seed", help="Seed for prompts."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", min=1, help="At most this many requests per point."),
+    seed: int = typer.Option(0, "--seed", help="Seed for prompts and the sampler."),
     startup_timeout: StartupTimeout = 600.0,
     json: Json = False, quiet: Quiet = False,
     serve: ServingOptions = None,
 ) -> None:
-    """Sweep serving knobs (one server per configuration) and print the best under the SLO."""
+    """Search vLLM's serving knobs (Optuna, one server per trial) for the highest capacity under the SLO."""
+    from ..errors import UsageError
+    from ..measure.capacity import CapacitySettings
     from ..measure.slo import parse_slo
-    from ..measure.tune import parse_grid, tune as do_tune
+    from ..measure.tune import TuneSettings, parse_space, tune as do_tune
 
     def body():
-        grid = parse_grid(knob) if knob else None
-        return do_tune(model_dir, slo=parse_slo(slo), base=serve.config(), grid=grid, full_grid=full_grid,
-                       max_configs=max_configs, concurrency=concurrency, input_len=input_len, output_len=output_len,
-                       num_prompts=num_prompts, seed=seed, startup_timeout=startup_timeout)
+        if sampler not in ("tpe", "random", "grid"):
+            raise UsageError(f"--sampler must be tpe, random or grid, not '{sampler}'")
+        try:
+            settings = TuneSettings(budget=budget, space=parse_space(space or []), sampler=sampler, prune=prune,
+                                    seed=seed, knobs=[k for k in knobs.split(",") if k.strip()] if knobs else None)
+            capacity = CapacitySettings(profile=capacity_profile, tolerance=tolerance, start=capacity_start,
+                                        max=capacity_max, waves=waves, input_len=input_len, output_len=output_len,
+                                        max_requests=num_prompts, seed=seed)
+        except ValueError as exc:
+            first = exc.errors()[0] if hasattr(exc, "errors") else {}
+            raise UsageError(f"bad tune option {'.'.join(map(str, first.get('loc', ())))}: {first.get('msg', exc)}") from None
+        return do_tune(model_dir, slo=parse_slo(slo), base=serve.config(), settings=settings, capacity=capacity,
+                       startup_timeout=startup_timeout, on_trial=None if json or quiet else _trial_progress)
 
     run_command(body, mode(json, quiet), _print_tune)
 
 
+def _trial_progress(t) -> None:
+    value = t.value if t.value is not None else t.probe
+    stderr.print(f"  trial {t.number + 1} {t.label}: {t.state}"
+                 + (f", {value:.2f} req/s at capacity" if value is not None else "") + (f" ({t.error})" if t.error else ""))
+
+
 def _print_tune(result) -> None:
-    table = _table("config", "start\ns", "out\ntok/s", "TTFT\np95", "ITL\np95", "TPOT\np50", "goodput\nreq/s", "SLO",
-                   title=f"tune at concurrency {result.workload['concurrency']}" + (f", SLO {result.slo}" if result.slo else ""))
-    failed = []
-    for e in result.entries:
-        best = " *" if result.best is not None and e.label == result.best.label else ""
-        if e.point is None:
-            failed.append(e)
-            table.add_row(e.label, "-", f"failed [{len(failed)}]", "", "", "", "", "")
-            continue
-        p = e.point
-        slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
-        good = f"{p.goodput_req_s:.2f}" if p.goodput_req_s is not None else "-"
-        table.add_row(e.label + best, f"{e.startup_s:.0f}" if e.startup_s else "-", _num(p.output_tok_s),
-                      _ms(p.ttft, "p95"), _ms(p.itl, "p95"), _ms(p.tpot, "p50"), good, slo)
+    table = Table("#", "configuration", "state", "capacity", "goodput\nreq/s", "probe\nreq/s", "bound", "points",
+                  title=f"tune under {result.slo}: {result.server_starts} servers of {result.settings.budget}",
+                  box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False)
+    for t in result.trials:
+        best = " *" if result.best is not None and t.run_key == result.best.run_key else ""
+        cap = f"{t.capacity_load:g}" if t.capacity_load is not None else "-"
+        table.add_row(str(t.number + 1), t.label + best, t.state, cap,
+                      f"{t.value:.2f}" if t.value is not None else "-", f"{t.probe:.2f}" if t.probe is not None else "-",
+                      t.bound.kind if t.bound else "-", str(t.points))
     stdout.print(table)
-    for number, e in enumerate(failed, 1):
-        stdout.print(f"[{number}] {e.label}: {e.error}")
+    for t in result.trials:
+        if t.error:
+            stdout.print(f"  {t.label}: {t.error}")
     if result.best is not None:
-        stdout.print(f"best ({result.best_reason}): {result.best.label}")
+        gain = f"{result.gain:.2f} x the base configuration" if result.gain else "no base configuration to compare"
+        stdout.print(f"best ({result.best_reason}): {result.best.label}, {gain}")
+        if result.best.bound:
+            stdout.print(f"bound: {result.best.bound.kind}: {result.best.bound.evidence}")
         stdout.print(result.best.command)
     else:
         stdout.print(f"no best configuration: {result.best_reason}")
-    stdout.print(f"results: {result.path}")

@@ -53,7 +53,9 @@ from ..files import atomic_write_json
 from ..machine import hardware, load_limits
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
+from .gpu import open_gpus
 from .loadgen import Target, run_point, warmup
+from .metrics import PointMonitor
 from .point import BenchPoint
 from .search import KneeResult, find_knee
 from .slo import Slo
@@ -142,6 +144,24 @@ def check_loads(concurrency: list[int] | None, rate: list[float] | None, sweep: 
     return concurrency
 
 
+def measure_point(server: Server, target: Target, prompts: list, output_len: int, *, slo: Slo | None = None,
+                  concurrency: int | None = None, rate: float | None = None, seed: int = 0,
+                  input_len: int | None = None, interval_s: float = 1.0, gpus: Any = None,
+                  stop_factory: Callable[[PointMonitor], Callable] | None = None,
+                  workers: int | None = None) -> BenchPoint:
+    """One load point with the server's /metrics (and the GPUs, `gpus`) sampled through it and
+    stored with the point; `stop_factory(monitor)` may give the point a `stop_when`."""
+    monitor = PointMonitor(server.url, interval_s, gpus=gpus)
+    with monitor:
+        point = run_point(target, prompts, output_len, concurrency=concurrency, rate=rate, seed=seed, slo=slo,
+                          alive=server.alive, input_len=input_len, workers=workers,
+                          stop_when=stop_factory(monitor) if stop_factory else None)
+    summary = monitor.summary()
+    point.server_metrics = summary.model_dump(mode="json") if summary else None
+    point.gpus = monitor.gpu_summary()
+    return point
+
+
 def run_bench(
     server: Server,
     model_dir: Path,
@@ -185,16 +205,16 @@ def run_bench(
             run.write()
             raise BackendError(f"{run.error} (server {server.url})")
     index = itertools.count()
+    gpus = None if server.info is None or server.info.remote else open_gpus()
 
     def measure(c: int | None = None, r: float | None = None) -> BenchPoint:
         n = num_prompts or default_num_prompts(c, r)
         point_no = next(index)
         label = f"concurrency {c}" if c is not None else f"rate {r:g}/s"
         info(f"point {label}: {n} requests of {input_len if not dataset else 'dataset'} in / {output_len} out")
-        point = run_point(
-            target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r, seed=seed + point_no,
-            slo=slo, alive=server.alive, input_len=None if dataset else input_len, workers=client_workers,
-        )
+        point = measure_point(server, target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r,
+                              seed=seed + point_no, slo=slo, input_len=None if dataset else input_len, gpus=gpus,
+                              workers=client_workers)
         run.points.append(point)
         run.write()
         if on_point:
@@ -223,6 +243,9 @@ def run_bench(
         run.write()
         partial_result(run.path)
         raise
+    finally:
+        if gpus is not None:
+            gpus.close()
     run.complete = True
     run.write()
     info(f"results: {run.path}")

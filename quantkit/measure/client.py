@@ -41,6 +41,7 @@ except ImportError:  # pragma: no cover - the lock pins orjson; a bare install s
 
 LAG_PROBE_S = 0.02
 SERVER_DIED = "server died before the request was sent"
+STOPPED = "the point was stopped early"  # its verdict was decided: cut off or never sent, not measured
 
 
 def event_loop_name() -> str:
@@ -224,13 +225,17 @@ class Flag:
 
 
 async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: Callable[[], bool],
-                  on_failure: Callable[[], None] | None = None, ready=None) -> WorkerReport:
+                  on_failure: Callable[[], None] | None = None, ready=None,
+                  halted: Callable[[], bool] | None = None,
+                  on_done: Callable[[Raw], None] | None = None) -> WorkerReport:
     """Send this worker's share of a point from t0 on (None: as soon as the session is ready): a concurrency profile takes request indices
     from `take` (shared by all workers) while it has a free slot; a rate profile sends its own
     `indices` at `offsets`. `stopped` says the server died: the requests not yet sent fail.
     `on_failure` is called after a request failed (the caller may then ask whether the server lives).
     `ready`, a coroutine function, is awaited once the loop and the HTTP session exist; it returns t0
-    (worker processes wait for the common start there, everything already set up)."""
+    (worker processes wait for the common start there, everything already set up). `halted` says
+    the point was ended early (its verdict decided): the requests in flight are cancelled (vLLM
+    aborts them) and no more are sent, both marked STOPPED. `on_done` sees each finished request."""
     import aiohttp
 
     n = len(job.bodies)
@@ -259,6 +264,27 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
         cpu0 = time.process_time()
         prober = asyncio.create_task(probe())
 
+        async def send(raw: Raw, i: int) -> None:
+            try:
+                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
+            except asyncio.CancelledError:
+                raw.error = STOPPED  # ended by `halted`: cut off, not the server's failure
+                raise
+            if on_done is not None:
+                on_done(raw)
+            if raw.error is not None and on_failure is not None:
+                on_failure()
+
+        def refused(raw: Raw) -> bool:
+            """Mark a request that will not be sent, and say so."""
+            if stopped():
+                raw.start, raw.error = time.perf_counter(), SERVER_DIED
+            elif halted is not None and halted():
+                raw.start, raw.error = time.perf_counter(), STOPPED
+            else:
+                return False
+            return True
+
         async def slot() -> None:
             while True:
                 i = take()
@@ -266,34 +292,44 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                     return
                 raw = Raw(index=i)
                 raws.append(raw)
-                if stopped():
-                    raw.start, raw.error = time.perf_counter(), SERVER_DIED
-                    continue
-                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
-                if raw.error is not None and on_failure is not None:
-                    on_failure()
+                if not refused(raw):
+                    await send(raw, i)
 
         async def scheduled(i: int, semaphore: asyncio.Semaphore) -> None:
             raw = Raw(index=i)
             raws.append(raw)
             wait = t0 + job.offsets[i] - time.perf_counter()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            raw.send_lag = max(time.perf_counter() - (t0 + job.offsets[i]), 0.0)
-            async with semaphore:
-                if stopped():
-                    raw.start, raw.error = time.perf_counter(), SERVER_DIED
-                    return
-                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
-                if raw.error is not None and on_failure is not None:
-                    on_failure()
+            try:
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                raw.send_lag = max(time.perf_counter() - (t0 + job.offsets[i]), 0.0)
+                async with semaphore:
+                    if not refused(raw):
+                        await send(raw, i)
+            except asyncio.CancelledError:
+                if raw.error is None:
+                    raw.start, raw.error = time.perf_counter(), STOPPED
+                raise
+
+        async def halt_watch(tasks: list[asyncio.Task]) -> None:
+            while not halted():
+                await asyncio.sleep(0.2)
+            for task in tasks:
+                task.cancel()
 
         try:
             if job.offsets is None:
-                await asyncio.gather(*(slot() for _ in range(job.slots)))
+                tasks = [asyncio.ensure_future(slot()) for _ in range(job.slots)]
             else:
                 semaphore = asyncio.Semaphore(job.slots)
-                await asyncio.gather(*(scheduled(i, semaphore) for i in job.indices or []))
+                tasks = [asyncio.ensure_future(scheduled(i, semaphore)) for i in job.indices or []]
+            watcher = asyncio.ensure_future(halt_watch(tasks)) if halted is not None else None
+            await asyncio.gather(*tasks, return_exceptions=True)  # a cancelled slot ends its share
+            if watcher is not None:
+                watcher.cancel()
+            if job.offsets is None and halted is not None and halted():
+                while (i := take()) < n:  # what the cancelled slots never took: not sent, and said so
+                    raws.append(Raw(index=i, start=time.perf_counter(), error=STOPPED))
         finally:
             running = False
             end = time.perf_counter()
@@ -328,6 +364,13 @@ class SharedSchedule:
     def stop(self) -> None:
         os.pwrite(self.fd, b"\1", 8)
 
+    def halted(self) -> bool:
+        return os.pread(self.fd, 1, 9) != b"\0"
+
+    def halt(self) -> None:
+        """End the point early (its verdict is decided): every worker stops sending and cuts off."""
+        os.pwrite(self.fd, b"\1", 9)
+
     def close(self) -> None:
         os.close(self.fd)
 
@@ -361,7 +404,7 @@ def main() -> None:
         return t0
 
     try:
-        report = run_loop(run_job(job, None, schedule.take, schedule.stopped, ready=ready))
+        report = run_loop(run_job(job, None, schedule.take, schedule.stopped, ready=ready, halted=schedule.halted))
     except BaseException as exc:  # the parent must hear why, not hang
         send(("failed", f"{type(exc).__name__}: {exc}"))
         raise

@@ -25,6 +25,12 @@ successful requests / wall time of the whole point (first send to last completio
 
 A failed request is kept with its reason and counted; a point is never dropped. If the server dies
 during a point, the requests not yet sent are failed as "server died" and the point is `partial`.
+`stop_when(finished, elapsed_s)`, checked every second, may end a point whose verdict is already
+decided (capacity.py): the requests in flight are cancelled (vLLM aborts them), those not sent are
+never sent, both are left out of the point, and `stopped_early` says why. With one worker (in
+this process) `finished` holds every finished request; with worker processes their requests are
+theirs until the point ends, so `stop_when` sees none and only its other signals (the server's
+metrics, the time) can end the point.
 """
 
 from __future__ import annotations
@@ -42,12 +48,12 @@ from pydantic import BaseModel
 from ..console import warn
 from ..errors import BackendError, UsageError
 from . import client
-from .client import SERVER_DIED, Job, Raw, WorkerReport
+from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
 from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
 from .slo import Slo
 from .workload import Prompt, poisson_schedule
 
-__all__ = ["Target", "run_point", "run_point_async", "warmup", "auto_workers", "max_workers", "SERVER_DIED"]
+__all__ = ["Target", "run_point", "run_point_async", "warmup", "auto_workers", "max_workers", "SERVER_DIED", "STOPPED"]
 
 STREAMS_PER_WORKER = 256  # one worker keeps ~256 streams at well under half a core (loadgen_capacity.py)
 MAX_ATTEMPTS = 3
@@ -158,22 +164,46 @@ async def _watch(alive: Callable[[], bool] | None, dead: Callable[[], None], eve
             return
 
 
-async def _in_process(job: Job, alive) -> tuple[list[WorkerReport], float]:
+Stop = Callable[[list[RequestResult], float], "str | None"]
+
+
+async def _stop_watch(stop_when: Stop, finished: Callable[[], list[RequestResult]], started: float,
+                      halt: Callable[[], None], reason: list[str]) -> None:
+    """Ask `stop_when` every second; on a reason, record it and halt the point."""
+    while True:
+        await asyncio.sleep(1.0)
+        said = stop_when(finished(), time.perf_counter() - started)
+        if said:
+            reason.append(said)
+            halt()
+            return
+
+
+async def _in_process(job: Job, alive, stop_when: Stop | None = None,
+                      reason: list[str] | None = None) -> tuple[list[WorkerReport], float]:
     """One worker on this process's event loop (low loads: no process to start). The server's
     liveness is asked only every 10 s and after a failed request: `alive()` runs in this process
     (a remote server's costs an HTTP client, milliseconds of CPU under the GIL), and a dead server
     shows itself by failing requests."""
-    flag = client.Flag()
+    flag, halt = client.Flag(), client.Flag()
     failed = asyncio.Event()
-    watcher = asyncio.create_task(_watch(alive, flag.set, every=10.0, failed=failed))
+    done: list[Raw] = []
+    started = time.perf_counter()
+    watchers = [asyncio.create_task(_watch(alive, flag.set, every=10.0, failed=failed))]
+    if stop_when is not None:
+        watchers.append(asyncio.create_task(_stop_watch(
+            stop_when, lambda: [to_result(r, started) for r in done], started, halt.set, reason)))
     try:
-        report = await client.run_job(job, None, client.Counter().take, flag.is_set, on_failure=failed.set)
+        report = await client.run_job(job, None, client.Counter().take, flag.is_set, on_failure=failed.set,
+                                      halted=halt.is_set if stop_when is not None else None, on_done=done.append)
     finally:
-        watcher.cancel()
+        for watcher in watchers:
+            watcher.cancel()
     return [report], report.t0
 
 
-async def _in_processes(jobs: list[Job], alive) -> tuple[list[WorkerReport], float]:
+async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
+                        reason: list[str] | None = None) -> tuple[list[WorkerReport], float]:
     """Worker processes (`python -m quantkit.measure.client`: a fresh interpreter each, no forked
     threads or locks), one shared request counter and stop flag, one common start time once all
     are ready."""
@@ -202,12 +232,15 @@ async def _in_processes(jobs: list[Job], alive) -> tuple[list[WorkerReport], flo
             for proc in procs:
                 pickle.dump(("go", t0), proc.stdin)
                 proc.stdin.flush()
-            watcher = asyncio.create_task(_watch(alive, schedule.stop))
+            watchers = [asyncio.create_task(_watch(alive, schedule.stop))]
+            if stop_when is not None:  # the workers' requests are theirs until the end: none seen here
+                watchers.append(asyncio.create_task(_stop_watch(stop_when, list, t0, schedule.halt, reason)))
             try:
                 messages = await asyncio.gather(*(asyncio.to_thread(_recv, proc, tmp, w)
                                                   for w, proc in enumerate(procs)))
             finally:
-                watcher.cancel()
+                for watcher in watchers:
+                    watcher.cancel()
             failed = [m[1] for m in messages if m[0] != "done"]
             if failed:
                 raise BackendError(f"a load-generator worker failed: {failed[0]}")
@@ -262,7 +295,8 @@ def fresh_prompts(prompts: list[Prompt], attempt: int) -> list[Prompt] | None:
 
 
 async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, *, concurrency, rate, seed,
-                        alive, input_len, request_timeout, workers) -> tuple[BenchPoint, list[RequestResult]]:
+                        alive, input_len, request_timeout, workers,
+                        stop_when: Stop | None = None) -> tuple[BenchPoint, list[RequestResult]]:
     profile = "rate" if rate is not None else "concurrency"
     n = len(prompts)
     offsets = poisson_schedule(n, rate, seed) if rate is not None else None
@@ -270,13 +304,15 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     bodies = [request_body(target, p, output_len) for p in prompts]
     jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout)
+    reason: list[str] = []  # why stop_when ended the point, if it did
     if len(jobs) == 1:
-        reports, t0 = await _in_process(jobs[0], alive)
+        reports, t0 = await _in_process(jobs[0], alive, stop_when, reason)
     else:
-        reports, t0 = await _in_processes(jobs, alive)
+        reports, t0 = await _in_processes(jobs, alive, stop_when, reason)
     # the wall time of the whole point, as `vllm bench serve` measures it
     duration = max(rep.end for rep in reports) - t0
-    raws = sorted((r for rep in reports for r in rep.raws), key=lambda r: r.index)
+    # requests an early stop cut off or never sent were not measured: not the server's failures
+    raws = sorted((r for rep in reports for r in rep.raws if r.error != STOPPED), key=lambda r: r.index)
     results = [to_result(r, t0) for r in raws]
     dead = any(r.error == SERVER_DIED for r in results)
     if not dead and alive is not None and any(not r.ok for r in results) and not alive():
@@ -288,13 +324,15 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
         partial_reason="the server died during this point" if dead else None,
         client=_client_stats(reports, duration, tokens, raws),
     )
+    point.stopped_early = reason[0] if reason else None
     return point, results
 
 
 async def run_point_async(target: Target, prompts: list[Prompt], output_len: int, *, concurrency: int | None = None,
                           rate: float | None = None, seed: int = 0, slo: Slo | None = None,
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
-                          request_timeout: float = 600.0, workers: int | None = None) -> BenchPoint:
+                          request_timeout: float = 600.0, workers: int | None = None,
+                          stop_when: Stop | None = None) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
     also capped by `concurrency`). `workers`: client worker processes (None: automatic, and a
     saturated client retries the point with more)."""
@@ -309,17 +347,21 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
     while True:
         point, results = await _measure_once(target, prompts, output_len, concurrency=concurrency, rate=rate,
                                              seed=seed, alive=alive, input_len=input_len,
-                                             request_timeout=request_timeout, workers=count)
+                                             request_timeout=request_timeout, workers=count, stop_when=stop_when)
         more = min(max_workers(), count * 2)
         fresh = fresh_prompts(prompts, attempt) if point.client_limited else None
-        if (not point.client_limited or workers is not None or point.partial or more <= count
+        if (not point.client_limited or workers is not None or point.partial or point.stopped_early or more <= count
                 or attempt >= MAX_ATTEMPTS or fresh is None):
             break
         warn(f"the load generator limited this point ({point.client_limited_reason}); "
              f"measuring it again with {more} client workers")
         count, prompts, attempt = more, fresh, attempt + 1
     point.client.attempts = attempt
-    return slo.judge(point, results) if slo is not None else point
+    point = slo.judge(point, results) if slo is not None else point
+    if point.stopped_early and point.slo is not None:
+        point.slo_met = False
+        point.slo_violations.append(f"stopped early: {point.stopped_early}")
+    return point
 
 
 def run_point(*args, **kwargs) -> BenchPoint:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -207,6 +207,10 @@ class BenchPoint(BaseModel):
     slo_met: bool | None = None
     slo_violations: list[str] = Field(default_factory=list)
     goodput_req_s: float | None = None  # requests/s that met every SLO term on their own
+    slo_attainment: float | None = None  # share of the point's requests that met every SLO term
+    stopped_early: str | None = None  # why the point was cut short (its verdict was already decided)
+    server_metrics: dict[str, Any] | None = None  # measure.metrics.ServerMetrics: vLLM's /metrics during the point
+    gpus: list[dict[str, Any]] | None = None  # measure.gpu.GpuSummary per GPU (NVML), where there are GPUs
     tokens_from_usage: bool = True
     partial: bool = False  # the server died during this point
     partial_reason: str | None = None

@@ -1,7 +1,7 @@
-"""Searching the load axis: the knee of a throughput curve (and, later, capacity under an SLO).
+"""Searching the load axis: the knee of a throughput curve, and capacity under an SLO.
 
-The search takes a `measure(load) -> (throughput, slo_ok)` callable, so it is pure logic: the unit
-tests drive it with synthetic curves, `bench` drives it with real load points.
+Both searches take a `measure(load)` callable, so they are pure logic: the unit tests drive them
+with synthetic curves, `bench` and `capacity` drive them with real load points.
 """
 
 from __future__ import annotations
@@ -115,3 +115,203 @@ def find_knee(measure: Callable[[float], tuple[float, bool]], lo: float = 1, hi:
             break
         c = c2
     return _combine(sat, slo_knee, grid[-1], min_gain, probes())
+
+
+# --------------------------------------------------------------------------------------------
+# Capacity under an SLO
+
+
+class Verdict(BaseModel):
+    """What one measured load says to the capacity search."""
+
+    passed: bool
+    margin: float | None = None  # SLO's worst value/limit (<= 1 meets); None when unknown
+    trusted: bool = True  # False: quantkit's own client limited the point (its latencies are not the server's)
+
+
+class CapacityStep(BaseModel):
+    load: float
+    passed: bool
+    margin: float | None = None
+    trusted: bool = True
+
+
+class CapacitySearch(BaseModel):
+    """The highest load meeting the SLO, bracketed to `tolerance`.
+
+    reason: `bracketed`: `capacity` meets the SLO and `ceiling` (<= capacity * (1 + tolerance), or
+    the next integer) breaks it; `max_reached`: the highest load allowed still meets it (capacity is
+    at least that); `below_min`: even the lowest load breaks it (capacity None); `untrusted`: a point
+    that decides could not be trusted (client-limited), capacity is the highest trusted pass.
+    """
+
+    capacity: float | None
+    ceiling: float | None
+    reason: Literal["bracketed", "max_reached", "below_min", "untrusted"]
+    tolerance: float
+    lo: float
+    hi: float
+    steps: list[CapacityStep]
+
+
+def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: float = 1024,
+                    tolerance: float = 0.10, integer: bool = True, start: float | None = None,
+                    max_growth: float = 8.0) -> CapacitySearch:
+    """Grow the load until the SLO breaks, then narrow the bracket [pass, fail] until
+    fail <= pass * (1 + tolerance) (or, for integer loads, fail = pass + 1).
+
+    The next load is predicted, not just halved: an SLO's margin (worst value/limit) is close to a
+    power law of load (m = a * load^s) between two nearby measured loads, so the crossing m = 1 is
+    interpolated in log-log space from the two measured loads nearest to it. Growing, the step is
+    at most `max_growth` x; inside a bracket the prediction is kept at least one tolerance step
+    from both ends, and a bracket that a prediction failed to halve twice in a row is halved
+    geometrically (a safeguard against curves the power law fits badly). When the bracket is
+    within (1 + tolerance)^2 one load in its geometric middle settles it either way.
+    `start` begins elsewhere than `lo` (a cheap probe's capacity): the search then walks down
+    as well as up. Every load is measured once; a point that is not trusted ends the search.
+    """
+    if lo <= 0 or hi < lo:
+        raise UsageError(f"bad capacity range {lo:g}..{hi:g}")
+    if not 0 < tolerance < 4:
+        raise UsageError(f"the capacity tolerance must be a positive share such as 0.1, not {tolerance:g}")
+    steps: dict[float, CapacityStep] = {}
+    step = 1 + tolerance
+
+    def norm(x: float) -> float:
+        x = min(hi, max(lo, x))
+        return float(round(x)) if integer else float(f"{x:.4g}")
+
+    def get(x: float) -> CapacityStep:
+        if x not in steps:
+            v = measure(int(x) if integer else x)
+            steps[x] = CapacityStep(load=x, passed=v.passed, margin=v.margin, trusted=v.trusted)
+        return steps[x]
+
+    def result(capacity, ceiling, reason) -> CapacitySearch:
+        return CapacitySearch(capacity=capacity, ceiling=ceiling, reason=reason, tolerance=tolerance, lo=lo, hi=hi,
+                              steps=list(steps.values()))
+
+    def done(p: float, f: float) -> bool:
+        return f <= p * step + 1e-9 or (integer and f - p <= 1)
+
+    good: float | None = None  # highest passing load
+    bad: float | None = None  # lowest failing load
+    x = norm(start if start is not None else lo)
+    unhalved = 0
+    while True:
+        if x in steps:  # nothing new left to measure (integer loads next to both ends)
+            reason = "bracketed" if good is not None and bad is not None else (
+                "below_min" if good is None else "max_reached")
+            return result(good, bad if reason != "max_reached" else None, reason)
+        s = get(x)
+        if not s.trusted:
+            return result(good, bad, "untrusted")
+        width = math.log(bad / good) if good is not None and bad is not None else None
+        if s.passed:
+            good = x if good is None or x > good else good
+        else:
+            bad = x if bad is None or x < bad else bad
+        if good is not None and bad is not None:
+            if done(good, bad):
+                return result(good, bad, "bracketed")
+            unhalved = unhalved + 1 if width is not None and math.log(bad / good) > 0.55 * width else 0
+        elif good is not None and good >= hi:
+            return result(good, None, "max_reached")
+        elif bad is not None and bad <= lo:
+            return result(None, bad, "below_min")
+        x = _next_load(steps, good, bad, lo, hi, step, max_growth, unhalved >= 2, integer, norm)
+
+
+def _crossing(steps: dict[float, CapacityStep], good: float | None, bad: float | None) -> float | None:
+    """The load where the margin reaches 1, from the measured loads nearest to it: a parabola in
+    log-log space through three (serving curves bend upwards near saturation, which a line through
+    the bracket's ends underestimates), a line through two, or, from one load, margin ~ load.
+    None when the margins cannot tell (flat or falling)."""
+    known = sorted((x, s.margin) for x, s in steps.items() if s.margin is not None and s.margin > 0 and s.trusted)
+    if not known:
+        return None
+    pivot = good if good is not None else bad
+    nearest = sorted(known, key=lambda p: abs(math.log(p[0] / pivot)))
+    if good is not None and bad is not None:
+        nearest = sorted(known, key=lambda p: min(abs(math.log(p[0] / good)), abs(math.log(p[0] / bad))))
+    if len(nearest) == 1:
+        x1, m1 = nearest[0]
+        return x1 / m1
+    pts = sorted(nearest[:3])
+    lx = [math.log(x) for x, _ in pts]
+    lm = [math.log(m) for _, m in pts]
+    lo_x = math.log(good) if good is not None else -math.inf
+    hi_x = math.log(bad) if bad is not None else math.inf
+    if len(pts) == 3:
+        root = _parabola_root(lx, lm, lo_x, hi_x)
+        if root is not None:
+            return math.exp(root)
+    (x1, y1), (x2, y2) = (lx[-2], lm[-2]), (lx[-1], lm[-1])
+    if good is not None and bad is not None:  # the line through the bracket's own ends
+        both = [(math.log(x), math.log(m)) for x, m in known if x in (good, bad)]
+        if len(both) == 2:
+            (x1, y1), (x2, y2) = both
+    if x1 == x2:
+        return None
+    if y2 <= y1:
+        return math.inf  # flat or falling: no crossing in sight
+    return math.exp(x1 + (0.0 - y1) * (x2 - x1) / (y2 - y1))
+
+
+def _parabola_root(lx: list[float], lm: list[float], lo: float, hi: float) -> float | None:
+    """Where the parabola through three (log load, log margin) points crosses 0 while rising,
+    within (lo, hi); None if it does not."""
+    (x0, x1, x2), (y0, y1, y2) = lx, lm
+    try:
+        d01, d12 = (y1 - y0) / (x1 - x0), (y2 - y1) / (x2 - x1)
+    except ZeroDivisionError:
+        return None
+    a = (d12 - d01) / (x2 - x0)
+    b = d01 - a * (x0 + x1)
+    c = y0 - a * x0 * x0 - b * x0
+    if abs(a) < 1e-12:
+        roots = [-c / b] if b > 0 else []
+    else:
+        disc = b * b - 4 * a * c
+        if disc < 0:
+            return None
+        r = math.sqrt(disc)
+        roots = [(-b - r) / (2 * a), (-b + r) / (2 * a)]
+    rising = [x for x in roots if 2 * a * x + b > 0 and lo < x < hi]
+    return min(rising) if rising else None
+
+
+def _next_load(steps, good, bad, lo, hi, step, max_growth, bisect, integer, norm) -> float:
+    predicted = _crossing(steps, good, bad)
+    if predicted == math.inf and not (good is not None and bad is None):
+        predicted = None  # only growth may take a flat margin as licence for its longest step
+    if good is not None and bad is None:  # growing
+        target = predicted / math.sqrt(step) if predicted else good * 2
+        x = min(max(target, good * step), good * max_growth)
+        return _fresh(norm(x), steps, good, bad, integer, up=True)
+    if bad is not None and good is None:  # walking down from a failing start
+        target = predicted / math.sqrt(step) if predicted else bad / 2
+        x = max(min(target, bad / step), bad / max_growth)
+        return _fresh(norm(x), steps, good, bad, integer, up=False)
+    # bracketed
+    if bad / good <= step * step:
+        x = math.sqrt(good * bad)  # any load in [bad/step, good*step] settles it either way
+    elif bisect or predicted is None:
+        x = math.sqrt(good * bad)
+    else:
+        x = min(max(predicted, good * step), bad / step)
+    return _fresh(norm(x), steps, good, bad, integer, up=True)
+
+
+def _fresh(x: float, steps, good, bad, integer: bool, up: bool) -> float:
+    """A load strictly inside the bracket that was not measured yet (integer loads round onto
+    measured ones near the ends)."""
+    if not integer:
+        return x
+    lo_end = good if good is not None else 0
+    hi_end = bad if bad is not None else float("inf")
+    candidates = [x, x + 1, x - 1] if up else [x, x - 1, x + 1]
+    for c in candidates:
+        if lo_end < c < hi_end and c not in steps and c >= 1:
+            return c
+    return x

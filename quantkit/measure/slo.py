@@ -1,4 +1,16 @@
-"""Latency SLOs: `ttft_p95=0.5,itl_p95=0.05` parsed into bounds a point (or a request) meets or breaks."""
+"""Latency SLOs: `ttft_p95=0.5,tpot_p95=50ms,attainment=0.9` parsed into what a point meets or breaks.
+
+An SLO has two parts (the definitions the report prints, `SLO_DEFINITION`):
+- bounds: a latency metric (TTFT, TPOT, ITL, E2E) at a statistic (mean, p50 ... p99) and a limit.
+  A point meets a bound when its statistic over the point's requests is within the limit (the
+  `vllm bench serve` reading: p95 of TTFT over all requests <= 0.5 s).
+- attainment: the share of requests that must meet every bound on their own (the goodput
+  literature's reading, DistServe; `vllm bench serve --goodput` counts the same requests). A request
+  meets a bound when its own TTFT / TPOT / E2E is within the limit (for ITL, its own statistic of
+  its inter-token gaps); a failed request meets none. Optional: without it, the bounds decide.
+A point meets the SLO when it meets every bound, reaches the attainment target, and no request
+failed. Goodput = the requests/s (and output tokens/s) of the requests that met every bound.
+"""
 
 from __future__ import annotations
 
@@ -23,11 +35,45 @@ class SloTerm(BaseModel):
         return f"{self.metric}_{self.stat}"
 
 
+SLO_DEFINITION = (
+    "SLO: each bound is a latency statistic over a point's requests (e.g. TTFT p95 <= 0.5 s); "
+    "attainment is the share of requests that met every bound on their own (a failed request meets "
+    "none). A load meets the SLO when every bound holds, attainment reaches its target (when one is "
+    "set) and no request failed. Capacity = the highest load that meets it; goodput = the requests/s "
+    "that met every bound."
+)
+
+
 class Slo(BaseModel):
     terms: list[SloTerm]
+    attainment: float | None = None  # share of requests that must meet every term; None: not required
 
     def __str__(self) -> str:
-        return ",".join(f"{t.key}={t.limit_s:g}" for t in self.terms)
+        text = ",".join(f"{t.key}={t.limit_s:g}" for t in self.terms)
+        return text + (f",attainment={self.attainment:g}" if self.attainment is not None else "")
+
+    def share_met(self, results: list["RequestResult"]) -> float | None:
+        """The share of requests that met every term on their own (None for no requests)."""
+        if not results:
+            return None
+        return sum(1 for r in results if self.request_ok(r)) / len(results)
+
+    def margin(self, point: "BenchPoint") -> float | None:
+        """How close the point is to breaking the SLO: the largest value/limit over the terms, and
+        for attainment (1 - share) / (1 - target); <= 1 meets. None when a term has no data."""
+        worst = 0.0
+        for t in self.terms:
+            stats: Stats | None = getattr(point, t.metric)
+            if stats is None:
+                return None
+            worst = max(worst, stats.get(t.stat) / t.limit_s)
+        if self.attainment is not None and point.slo_attainment is not None:
+            missed = 1.0 - point.slo_attainment
+            if self.attainment >= 1.0:
+                worst = max(worst, float("inf") if missed > 0 else 0.0)
+            else:
+                worst = max(worst, missed / (1.0 - self.attainment))
+        return worst
 
     def violations(self, point: "BenchPoint") -> list[str]:
         """The terms a point breaks, e.g. `ttft_p95 0.81s > 0.5s`; a metric with no data breaks it."""
@@ -45,6 +91,9 @@ class Slo(BaseModel):
         goodput, the requests/s that met every term on their own."""
         point.slo = str(self)
         point.slo_violations = self.violations(point)
+        point.slo_attainment = self.share_met(results)
+        if self.attainment is not None and (point.slo_attainment or 0.0) < self.attainment:
+            point.slo_violations.append(f"attainment {point.slo_attainment or 0:.3g} < {self.attainment:g}")
         if point.failures:
             point.slo_violations.append(f"{point.failures} failed requests")
         point.slo_met = not point.slo_violations
@@ -68,7 +117,19 @@ class Slo(BaseModel):
         return True
 
 
-_SLO_SYNTAX = "expected METRIC_STAT=SECONDS[,...] such as ttft_p95=0.5,itl_p95=0.05 (or 50ms)"
+_SLO_SYNTAX = ("expected METRIC_STAT=SECONDS[,...][,attainment=SHARE] such as ttft_p95=0.5,itl_p95=50ms,"
+               "attainment=0.9")
+
+
+def _parse_share(item: str, value: str) -> float:
+    text = value.strip().lower()
+    try:
+        share = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        raise UsageError(f"bad --slo term '{item}': attainment is a share such as 0.9 or 90%") from None
+    if not 0 < share <= 1:
+        raise UsageError(f"bad --slo term '{item}': attainment must be in (0, 1] (0.9 = 90% of requests)")
+    return share
 
 
 def parse_slo(text: str | None) -> Slo | None:
@@ -76,6 +137,7 @@ def parse_slo(text: str | None) -> Slo | None:
     if text is None or not text.strip():
         return None
     terms: list[SloTerm] = []
+    attainment: float | None = None
     seen: set[str] = set()
     for raw in text.split(","):
         item = raw.strip()
@@ -85,6 +147,11 @@ def parse_slo(text: str | None) -> Slo | None:
         key = key.strip().lower()
         if not sep:
             raise UsageError(f"bad --slo term '{item}': {_SLO_SYNTAX}")
+        if key == "attainment":
+            if attainment is not None:
+                raise UsageError("bad --slo: 'attainment' given twice")
+            attainment = _parse_share(item, value)
+            continue
         metric, _, stat = key.partition("_")
         if not stat:
             raise UsageError(f"bad --slo term '{item}': '{key}' names no statistic; {_SLO_SYNTAX}")
@@ -105,5 +172,6 @@ def parse_slo(text: str | None) -> Slo | None:
         seen.add(key)
         terms.append(SloTerm(metric=metric, stat=stat, limit_s=limit))
     if not terms:
-        raise UsageError(f"empty --slo; {_SLO_SYNTAX}")
-    return Slo(terms=terms)
+        what = "empty --slo" if attainment is None else "--slo needs at least one latency bound"
+        raise UsageError(f"{what}; {_SLO_SYNTAX}")
+    return Slo(terms=terms, attainment=attainment)

@@ -1,212 +1,477 @@
-"""`quantkit tune`: serving knobs compared by measurement, one vLLM server per configuration.
+"""`quantkit tune`: vLLM's serving knobs searched for the highest capacity under an SLO.
 
-Each configuration is served, warmed up and measured at one load; the best is the one with the
-highest output tok/s among those meeting the SLO. The result is a store record (kind `tune`, one
-point per configuration) and a JSON export `DIR/quantkit-bench/tune-<timestamp>.json`:
-{"kind": "quantkit.tune", "slo", "workload", "entries": [{"config", "label", "command", "point" |
-null, "error" | null}], "best", "best_reason"}.
+The objective is goodput at capacity: the requests/s that meet the SLO at the highest load that
+meets it (capacity.py), not tok/s at one fixed concurrency (at a light load most knobs cannot show
+an effect). The search is Optuna's: a TPE sampler (or random, or a grid) proposes configurations
+from the space, one vLLM server per trial, `budget` servers in all. Each trial first runs a cheap
+capacity probe (coarse tolerance, short points); Optuna's median pruner stops a trial whose probe
+is below the median of the trials so far, and only the others get the full search (started from the
+probe's capacity, so it spends few points). A configuration vLLM rejects is recorded and skipped.
+
+The store is the one truth: every trial is a record (kind `trial`, key = hash(study, config)) with
+its `vllm serve` line, capacity and bound. A study is identified by what defines its results (the
+checkpoint, SLO, capacity settings, space, base configuration, vLLM version, hardware); a second
+`quantkit tune` of the same study (after a kill, or with a larger budget) rebuilds the Optuna study
+from the stored trials (`study.add_trial(create_trial(...))`) and spends only what is left.
+The first trial is the base configuration (vLLM's defaults plus the user's own flags): the gain is
+measured against it, on the same checkpoint.
 """
 
 from __future__ import annotations
 
-import itertools
-from datetime import datetime, timezone
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
 from ..console import info, warn
-from ..errors import BackendError, UsageError, did_you_mean
-from ..files import atomic_write_json
-from ..machine import has_gpu, hardware
-from ..serve.config import ServeConfig, serve_command
-from ..serve.server import VLLMServer
-from .bench import default_num_prompts, results_dir, stamp
-from .loadgen import Target, run_point, warmup
-from .point import BenchPoint
+from ..errors import BackendError, QuantkitError, UsageError, did_you_mean
+from ..machine import has_gpu
+from ..serve.config import KNOBS, ServeConfig, serve_command
+from .bounds import Bound
+from .capacity import CapacityResult, CapacitySettings, run_capacity
 from .slo import Slo
 from .workload import PromptSource
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
-# Each knob is varied alone from vLLM's defaults (one factor at a time): 6 servers on the CPU.
-DEFAULT_GRID: dict[str, list[Any]] = {
-    "max_num_seqs": [8, 64],
-    "max_num_batched_tokens": [512],
-    "block_size": [64],  # CPU default 128; the CPU backend wants multiples of 32
-    "enable_chunked_prefill": [False],
+# Choices per knob; None is vLLM's default (the flag is not passed).
+DEFAULT_SPACE: dict[str, list[Any]] = {
+    "max_num_seqs": [None, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+    "max_num_batched_tokens": [None, 256, 512, 1024, 2048, 4096, 8192, 16384],
+    "block_size": [None, 32, 64, 128, 256],  # vLLM-CPU's attention wants multiples of 32 (16 is rejected)
+    "enable_chunked_prefill": [None, False],
+    "kv_cache_dtype": [None, "fp8"],
 }
-GPU_GRID: dict[str, list[Any]] = {"gpu_memory_utilization": [0.8, 0.95]}
+GPU_SPACE: dict[str, list[Any]] = {"gpu_memory_utilization": [None, 0.8, 0.85, 0.95],
+                                   "block_size": [None, 16, 32, 64, 128]}  # CUDA attention backends: 16..128
+TUNABLE = set(DEFAULT_SPACE) | set(GPU_SPACE) | {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len"}
+BOOL_KNOBS = {"enable_chunked_prefill", "enforce_eager"}
 
 
-class TuneEntry(BaseModel):
+class TuneSettings(BaseModel):
+    """A run recipe's `tune:` (and `quantkit tune`'s options)."""
+
+    model_config = {"extra": "forbid"}
+
+    budget: int = Field(6, ge=1)  # server starts (trials) in all, the base configuration included
+    space: dict[str, list[Any]] = Field(default_factory=dict)  # knob -> choices, merged over the default space
+    knobs: list[str] | None = None  # only these knobs (None: every knob of the space)
+    sampler: Literal["tpe", "random", "grid"] = "tpe"
+    seed: int = 0
+    prune: bool = True
+    probe_tolerance: float = Field(0.5, gt=0)
+
+
+class Trial(BaseModel):
+    number: int
+    run_key: str
+    params: dict[str, Any]  # knob -> choice (None = vLLM's default)
+    config: dict[str, Any]  # ServeConfig.changed(): what differs from quantkit's defaults
     label: str
-    config: dict[str, Any]
     command: str
-    point: BenchPoint | None = None
+    state: Literal["complete", "pruned", "rejected"]
+    value: float | None = None  # goodput req/s at capacity (the objective)
+    probe: float | None = None
+    capacity: dict[str, Any] | None = None  # CapacityFigures
+    capacity_load: float | None = None
+    bound: Bound | None = None
+    points: int = 0
     startup_s: float | None = None
+    seconds: float | None = None
     error: str | None = None
+    reused: bool = False  # taken from the store, not measured in this call
 
 
 class TuneResult(BaseModel):
     schema_version: int = SCHEMA_VERSION
     kind: str = "quantkit.tune"
-    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     model_dir: str
-    slo: str | None = None
-    workload: dict[str, Any] = Field(default_factory=dict)
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    entries: list[TuneEntry] = Field(default_factory=list)
-    best: TuneEntry | None = None
+    study: str
+    slo: str
+    settings: TuneSettings
+    capacity: CapacitySettings
+    space: dict[str, list[Any]]
+    base: dict[str, Any]
+    trials: list[Trial] = Field(default_factory=list)
+    best: Trial | None = None
     best_reason: str | None = None
-    path: str | None = None
+    defaults: Trial | None = None  # the base configuration's trial
+    gain: float | None = None  # best / defaults goodput at capacity
+    server_starts: int = 0
+    wall_time_s: float = 0.0
+    complete: bool = False
 
-    def write(self) -> None:
-        if self.path:
-            atomic_write_json(Path(self.path), self.model_dump(mode="json", exclude={"path"}))
+
+def resolve_space(settings: TuneSettings, gpus: int | None = None) -> dict[str, list[Any]]:
+    """The default space (with GPU knobs where there are GPUs, parallel sizes up to their count),
+    the recipe's/CLI's `space` merged over it (an empty list removes a knob), `knobs` kept."""
+    gpus = gpus if gpus is not None else _gpu_count()
+    space = {k: list(v) for k, v in DEFAULT_SPACE.items()}
+    if gpus or has_gpu():
+        space.update({k: list(v) for k, v in GPU_SPACE.items()})
+    if gpus and gpus > 1:
+        sizes = [n for n in (2, 4, 8) if n <= gpus]
+        space["tensor_parallel_size"] = [None, *sizes]
+        space["pipeline_parallel_size"] = [None, *[n for n in (2, 4) if n <= gpus]]
+    for name, values in settings.space.items():
+        knob = check_knob(name)
+        if not values:
+            space.pop(knob, None)
+            continue
+        space[knob] = [_value(knob, v) for v in values]
+    if settings.knobs is not None:
+        keep = {check_knob(k) for k in settings.knobs}
+        space = {k: v for k, v in space.items() if k in keep}
+    if not space:
+        raise UsageError("the tune space is empty: give at least one knob with two or more choices")
+    return space
 
 
-def parse_grid(items: list[str]) -> dict[str, list[Any]]:
-    """`--knob max-num-seqs=8,32` -> {"max_num_seqs": ["8", "32"]} (validated by ServeConfig)."""
-    grid: dict[str, list[Any]] = {}
-    allowed = set(DEFAULT_GRID) | set(GPU_GRID) | {"kv_cache_dtype", "max_model_len", "enforce_eager"}
+def _gpu_count() -> int:
+    from .gpu import gpu_count
+
+    return gpu_count()
+
+
+def check_knob(name: str) -> str:
+    knob = name.strip().lstrip("-").replace("-", "_")
+    if knob not in TUNABLE:
+        raise UsageError(f"unknown tune knob '{name}'; {did_you_mean(knob, sorted(TUNABLE))}")
+    return knob
+
+
+def _value(knob: str, value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("default", "none", "auto") and knob != "kv_cache_dtype":
+        return None
+    if knob == "kv_cache_dtype" and isinstance(value, str) and value.strip().lower() in ("default", "auto", "none"):
+        return None
+    if knob in BOOL_KNOBS and isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "on", "yes")
+    if isinstance(value, str):
+        text = value.strip()
+        for cast in (int, float):
+            try:
+                return cast(text)
+            except ValueError:
+                pass
+        return text
+    return value
+
+
+def parse_space(items: list[str]) -> dict[str, list[Any]]:
+    """`--space max-num-seqs=8,16,32` (repeatable) -> {"max_num_seqs": [8, 16, 32]}; `NAME=` removes it."""
+    space: dict[str, list[Any]] = {}
     for item in items:
         key, sep, values = item.partition("=")
-        name = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not values.strip():
-            raise UsageError(f"bad --knob '{item}': expected NAME=V1,V2 such as max-num-seqs=8,32")
-        if name not in allowed:
-            raise UsageError(f"bad --knob '{item}': {did_you_mean(name, sorted(allowed))}")
-        grid[name] = [v.strip() for v in values.split(",") if v.strip()]
-    return grid
+        if not sep:
+            raise UsageError(f"bad --space '{item}': expected NAME=V1,V2 such as max-num-seqs=16,64,default")
+        knob = check_knob(key)
+        space[knob] = [_value(knob, v) for v in values.split(",") if v.strip()]
+    return space
 
 
-def tune_configs(base: ServeConfig, grid: dict[str, list[Any]], full: bool = False) -> list[ServeConfig]:
-    """The base config, then one knob changed at a time (or every combination with full=True)."""
-    configs = [base]
-    if full:
-        names = list(grid)
-        for combo in itertools.product(*(grid[n] for n in names)):
-            configs.append(_with(base, dict(zip(names, combo))))
-    else:
-        for name, values in grid.items():
-            for value in values:
-                configs.append(_with(base, {name: value}))
-    unique: list[ServeConfig] = []
-    for c in configs:
-        if c not in unique:
-            unique.append(c)
-    return unique
-
-
-def _with(base: ServeConfig, changes: dict[str, Any]) -> ServeConfig:
+def config_for(base: ServeConfig, params: dict[str, Any]) -> ServeConfig:
     data = base.model_dump()
-    for k, v in changes.items():
-        if isinstance(v, str) and k in ("enable_chunked_prefill", "enforce_eager"):
-            v = v.lower() in ("1", "true", "on", "yes")
-        data[k] = v
+    for knob, value in params.items():
+        if value is not None:
+            data[knob] = value
     try:
         return ServeConfig(**data)
-    except Exception as exc:
-        raise UsageError(f"bad tune value in {changes}: {' '.join(str(exc).split())[:200]}") from None
+    except ValueError as exc:
+        raise UsageError(f"bad tune value in {params}: {' '.join(str(exc).split())[:200]}") from None
 
 
-def _tune_label(base: ServeConfig, config: ServeConfig) -> str:
-    """What this configuration changes from the base one (the user's options), e.g. `max-num-seqs=8`."""
-    before, after = base.changed(), config.changed()
-    diff = {k: v for k, v in after.items() if before.get(k, object()) != v}
-    diff.update({k: None for k in before if k not in after})
-    if not diff:
-        return "base"
-    return " ".join(f"{k.replace('_', '-')}={'default' if v is None else v}" for k, v in diff.items())
+def invalid(config: ServeConfig, gpus: int) -> str | None:
+    """What vLLM would reject without starting (saves a server start), or None."""
+    world = (config.tensor_parallel_size or 1) * (config.pipeline_parallel_size or 1)
+    if world > max(gpus, 1):
+        return f"needs {world} GPUs, this machine has {gpus}"
+    if config.enable_chunked_prefill is False and config.max_num_batched_tokens and config.max_model_len \
+            and config.max_num_batched_tokens < config.max_model_len:
+        return (f"max-num-batched-tokens {config.max_num_batched_tokens} < max-model-len {config.max_model_len} "
+                "without chunked prefill")
+    return None
 
 
-def tune(
-    model_dir: Path,
-    *,
-    slo: Slo | None,
-    base: ServeConfig | None = None,
-    grid: dict[str, list[Any]] | None = None,
-    full_grid: bool = False,
-    max_configs: int = 6,
-    concurrency: int = 16,
-    input_len: int = 128,
-    output_len: int = 64,
-    num_prompts: int | None = None,
-    seed: int = 0,
-    startup_timeout: float = 600.0,
-    out_dir: Path | None = None,
-) -> TuneResult:
+def label(base: ServeConfig, params: dict[str, Any]) -> str:
+    changed = {k: v for k, v in params.items() if v is not None and getattr(base, k) != v}
+    if not changed:
+        return "defaults"
+    return " ".join(f"{k.replace('_', '-')}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed.items())
+
+
+# --------------------------------------------------------------------------------------------
+# The study
+
+
+def _distributions(space: dict[str, list[Any]]):
+    from optuna.distributions import CategoricalDistribution
+
+    return {k: CategoricalDistribution(v) for k, v in space.items()}
+
+
+def _study(settings: TuneSettings, space: dict[str, list[Any]], trials: list[Trial]):
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if settings.sampler == "grid":
+        sampler = optuna.samplers.GridSampler(space, seed=settings.seed)
+    elif settings.sampler == "random":
+        sampler = optuna.samplers.RandomSampler(seed=settings.seed)
+    else:
+        # a third of the budget explores at random before TPE models the rest
+        sampler = optuna.samplers.TPESampler(seed=settings.seed, n_startup_trials=max(2, settings.budget // 3))
+    pruner = optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0) if settings.prune \
+        else optuna.pruners.NopPruner()
+    study = optuna.create_study(direction="maximize", sampler=sampler, pruner=pruner)
+    dists = _distributions(space)
+    for t in trials:
+        intermediate = {0: t.probe} if t.probe is not None else {}
+        if t.state == "complete" and t.value is not None:
+            intermediate[1] = t.value
+        state, value = _optuna_state(t)
+        study.add_trial(optuna.trial.create_trial(
+            params=t.params, distributions=dists, state=state, value=value, intermediate_values=intermediate,
+            user_attrs={"run_key": t.run_key}))
+    return study
+
+
+def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSettings, capacity: CapacitySettings,
+              prompts: PromptSource, should_prune: Callable[[float], bool], *, startup_timeout: float = 600.0,
+              label_: str = "") -> dict[str, Any]:
+    """One configuration on its own server: probe, then (unless pruned) the full capacity search."""
+    from ..serve.server import VLLMServer
+
+    probe_settings = capacity.model_copy(update={
+        "tolerance": max(settings.probe_tolerance, capacity.tolerance), "waves": max(1.0, capacity.waves / 2),
+        "min_requests": max(8, capacity.min_requests // 2), "warmup": capacity.warmup})
+    started = time.monotonic()
+    out: dict[str, Any] = {"state": "complete", "points": 0}
+    try:
+        with VLLMServer(model_dir, config, startup_timeout=startup_timeout) as server:
+            out["startup_s"] = server.info.startup_s
+            probe = run_capacity(server, model_dir, slo, probe_settings, prompts=prompts, label=f"{label_} probe")
+            out["points"] += probe.points_spent
+            out["probe"] = _goodput(probe)
+            if probe.capacity is None:  # the SLO fails at the lowest load: a full search starts there too
+                out.update(value=0.0, bound=probe.bound, capacity=None)
+            elif should_prune(out["probe"]):
+                out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
+            else:
+                full = run_capacity(server, model_dir, slo, capacity.model_copy(update={"warmup": 0}), prompts=prompts,
+                                    start=probe.capacity.load if probe.capacity else None, label=label_)
+                out["points"] += full.points_spent
+                out.update(value=_goodput(full), bound=full.bound, capacity=full.capacity)
+    except QuantkitError as exc:
+        if isinstance(exc, UsageError) and "port" in exc.message:
+            raise
+        out.update(state="rejected", error=exc.one_line())
+    out["seconds"] = round(time.monotonic() - started, 1)
+    if isinstance(out.get("capacity"), BaseModel):
+        out["capacity_load"] = out["capacity"].load
+        out["capacity"] = out["capacity"].model_dump(mode="json")
+    return out
+
+
+def _goodput(result: CapacityResult) -> float:
+    """The objective: goodput (req/s meeting the SLO) at capacity; 0 when even the lowest load fails."""
+    c = result.capacity
+    if c is None:
+        return 0.0
+    return float(c.goodput_req_s if c.goodput_req_s is not None else c.req_s)
+
+
+# --------------------------------------------------------------------------------------------
+# Running a study (from `quantkit tune` or a run recipe's tune stage)
+
+
+def study_key(model_dir: Path, slo: Slo, capacity: CapacitySettings, settings: TuneSettings,
+              space: dict[str, list[Any]], base: ServeConfig, vllm: str, common: dict[str, Any]) -> str:
+    """Everything that defines a study's trials; the budget is not part of it (a larger budget
+    continues the same study)."""
+    from .. import checkpoint
+    from ..store import run_key
+
+    return run_key("study", checkpoint=checkpoint.fingerprint(model_dir), slo=str(slo),
+                   capacity=capacity.model_dump(mode="json"), space=space, base=base.model_dump(mode="json"),
+                   sampler=settings.sampler, seed=settings.seed, prune=settings.prune,
+                   probe_tolerance=settings.probe_tolerance, vllm=vllm, **common)
+
+
+def stored_trials(store, study: str) -> list[Trial]:
+    """The study's finished trials, oldest first (a trial killed mid-way is redone)."""
+    out = []
+    for r in store.records(kind="trial", status="done"):
+        if r.params.get("study") == study and r.result:
+            out.append(Trial.model_validate({**r.result, "reused": True}))
+    return out
+
+
+def tune_study(store, *, model: str, variant: str, model_dir: Path, slo: Slo, capacity: CapacitySettings,
+               settings: TuneSettings, base: ServeConfig, study: str, space: dict[str, list[Any]],
+               seed_trial: Trial | None = None, startup_timeout: float = 600.0,
+               on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+    """Spend what is left of `settings.budget` server starts on the study `study`."""
+    import optuna
+
+    from ..store import run_key
+
+    started = time.monotonic()
     model_dir = Path(model_dir).expanduser().absolute()
-    if not model_dir.is_dir():
-        raise UsageError(f"model folder {model_dir} does not exist")
-    if max_configs < 1:
-        raise UsageError("--max-configs must be at least 1")
-    if grid is None:
-        grid = dict(DEFAULT_GRID)
-        if has_gpu():
-            grid.update(GPU_GRID)
-    base = base or ServeConfig()
-    configs = tune_configs(base, grid, full_grid)
-    if len(configs) > max_configs:
-        warn(f"{len(configs)} configurations in the grid; trying the first {max_configs} (--max-configs)")
-        configs = configs[:max_configs]
-    from ..store import Store, standalone
+    gpus = _gpu_count()
+    trials = stored_trials(store, study)
+    if seed_trial is not None and not any(t.params == seed_trial.params for t in trials):
+        trials.insert(0, seed_trial)
+    opt = _study(settings, space, trials)
+    dists = _distributions(space)
+    defaults = {k: None for k in space}
+    if not any(t.params == defaults for t in trials):
+        opt.enqueue_trial(defaults)  # the base configuration first: the gain is measured against it
+    prompts = PromptSource(model_dir, capacity.input_len, seed=capacity.seed)
+    starts = sum(1 for t in trials if t.startup_s is not None or (t.state == "rejected" and not _not_started(t)))
+    grid_size = 1
+    for values in space.values():
+        grid_size *= len(values)
+    asks = 0
+    while starts < settings.budget and asks < settings.budget * 10 and len({str(t.params) for t in trials}) < grid_size:
+        asks += 1
+        trial = opt.ask(dists)
+        params = {k: trial.params[k] for k in space}
+        config = config_for(base, params)
+        key = run_key("trial", study=study, config=config.model_dump(mode="json"))
+        known = next((t for t in trials if t.run_key == key or t.params == params), None)
+        if known is not None:  # a repeated suggestion costs no server: the stored answer again
+            _tell(opt, trial, known)
+            continue
+        number = len(trials)
+        name = label(base, params)
+        record = {"study": study, "checkpoint": str(model_dir), "params": params, "serve": config.model_dump(mode="json"),
+                  "slo": str(slo), "number": number}
+        t = Trial(number=number, run_key=key, params=params, config=config.changed(), label=name,
+                  command=serve_command(model_dir, config), state="rejected")
+        reason = invalid(config, gpus)
+        with store.stage(key, "trial", model, variant, record) as rec:
+            if reason:
+                t.error = f"not started: {reason}"
+            else:
+                info(f"{variant}: trial {number + 1} ({starts + 1}/{settings.budget} servers): {name}")
 
-    prompts = PromptSource(model_dir, input_len, seed=seed)
-    n = num_prompts or default_num_prompts(concurrency, None)
-    with Store() as store, standalone(store, "tune", model_dir, {"base": base.model_dump(mode="json"),
-                                                                 "grid": grid, "slo": str(slo) if slo else None}) as rec:
-        result = _sweep(model_dir, configs, base, prompts, n, slo=slo, concurrency=concurrency, input_len=input_len,
-                        output_len=output_len, seed=seed, startup_timeout=startup_timeout, out_dir=out_dir,
-                        on_entry=lambda e: rec.add_point(e.model_dump(mode="json")))
-        rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+                def should_prune(value: float) -> bool:
+                    trial.report(value, 0)
+                    return trial.should_prune()
+
+                out = run_trial(model_dir, config, slo, settings, capacity, prompts, should_prune,
+                                startup_timeout=startup_timeout, label_=f"{variant} {name}")
+                t = t.model_copy(update=out)
+                starts += 1
+                if t.state == "rejected":
+                    warn(f"{variant}: {name}: {t.error}")
+                else:
+                    info(f"{variant}: {name}: {t.state}, goodput {t.value if t.value is not None else t.probe:.2f} req/s"
+                         + (f", bound {t.bound.kind}" if t.bound else ""))
+            rec.finish(t.model_dump(mode="json"))
+        trials.append(t)
+        _tell(opt, trial, t)
+        if on_trial:
+            on_trial(t)
+    return summarize_study(model_dir, study, slo, settings, capacity, space, base, trials, starts,
+                           time.monotonic() - started)
+
+
+def _not_started(t: Trial) -> bool:
+    return bool(t.error and t.error.startswith("not started"))
+
+
+def _optuna_state(t: Trial):
+    """How Optuna sees a trial: a configuration vLLM rejects serves nothing, so it is a complete
+    trial of value 0 (TPE ignores failed trials and would propose the same values again)."""
+    import optuna
+
+    if t.state == "pruned":
+        return optuna.trial.TrialState.PRUNED, None
+    return optuna.trial.TrialState.COMPLETE, float(t.value or 0.0)
+
+
+def _tell(opt, trial, t: Trial) -> None:
+    state, value = _optuna_state(t)
+    try:
+        if value is not None:
+            opt.tell(trial, value)
+        else:
+            opt.tell(trial, state=state)
+    except RuntimeError as exc:
+        # GridSampler stops the study once the grid is done, which Optuna allows only inside
+        # study.optimize(); the trial is told by then, and the loop ends on the grid's size
+        if "Study.stop" not in str(exc):
+            raise
+
+
+def summarize_study(model_dir: Path, study: str, slo: Slo, settings: TuneSettings, capacity: CapacitySettings,
+                    space: dict[str, list[Any]], base: ServeConfig, trials: list[Trial], starts: int,
+                    seconds: float) -> TuneResult:
+    result = TuneResult(model_dir=str(model_dir), study=study, slo=str(slo), settings=settings, capacity=capacity,
+                        space=space, base=base.changed(), trials=trials, server_starts=starts,
+                        wall_time_s=round(seconds, 1))
+    result.defaults = next((t for t in trials if all(v is None for v in t.params.values())), None)
+    complete = [t for t in trials if t.state == "complete" and t.value]  # a value of 0: the SLO failed at the lowest load
+    if complete:
+        top = max(t.value for t in complete)
+        # ties (the same goodput) go to the configuration that changes fewer flags
+        result.best = min((t for t in complete if t.value == top), key=lambda t: (len(t.config), t.number))
+        result.best_reason = (f"highest goodput at capacity under {slo} among {len(complete)} configurations "
+                              f"searched in full ({starts} servers)")
+        if result.defaults is not None and result.defaults.value:
+            result.gain = result.best.value / result.defaults.value
+    elif any(t.state == "complete" for t in trials):
+        result.best_reason = f"no configuration meets {slo} even at the lowest load ({len(trials)} trials)"
+    else:
+        result.best_reason = f"no configuration was searched in full ({len(trials)} trials)"
+    result.complete = starts >= settings.budget or len({str(t.params) for t in trials}) >= _grid(space)
     return result
 
 
-def _sweep(model_dir: Path, configs: list[ServeConfig], base: ServeConfig, prompts: PromptSource, n: int, *,
-           slo: Slo | None, concurrency: int, input_len: int, output_len: int, seed: int, startup_timeout: float,
-           out_dir: Path | None, on_entry) -> TuneResult:
-    result = TuneResult(
-        model_dir=str(model_dir), slo=str(slo) if slo else None, hardware=hardware(),
-        workload={"concurrency": concurrency, "input_len": input_len, "output_len": output_len,
-                  "num_prompts": n, "seed": seed},
-        path=str((Path(out_dir) if out_dir else results_dir(model_dir)) / f"tune-{stamp()}.json"),
-    )
-    for number, config in enumerate(configs, 1):
-        entry = TuneEntry(label=_tune_label(base, config), config=config.changed(),
-                          command=serve_command(model_dir, config))
-        info(f"config {number}/{len(configs)}: {entry.label}")
-        try:
-            with VLLMServer(model_dir, config, startup_timeout=startup_timeout) as server:
-                entry.startup_s = server.info.startup_s
-                target = Target(api_url=server.api_url, model=server.model_name)
-                warmup(target, prompts.prompts(2, -1), min(output_len, 16))
-                # same prompts for every config: the comparison is between configs, not prompts
-                entry.point = run_point(target, prompts.prompts(n, 0), output_len, concurrency=concurrency,
-                                        slo=slo, alive=server.alive, input_len=input_len)
-                if entry.point.partial:
-                    entry.error = f"server died: {server.exit_reason()}"
-        except (BackendError, UsageError) as exc:
-            if isinstance(exc, UsageError) and "port" in exc.message:
-                raise
-            # one configuration vLLM rejects (e.g. an unsupported block size) does not end the sweep
-            entry.error = exc.one_line()
-            warn(f"{entry.label}: {entry.error}")
-        result.entries.append(entry)
-        result.write()
-        on_entry(entry)
-    usable = [e for e in result.entries if e.point is not None and not e.error and e.point.failures == 0]
-    if not usable:
-        raise BackendError(f"no configuration could be measured; see {result.path}")
-    meeting = [e for e in usable if e.point.slo_met is not False]
-    if meeting:
-        result.best = max(meeting, key=lambda e: e.point.output_tok_s)
-        result.best_reason = "highest output tok/s" + (" among configurations meeting the SLO" if slo else "")
-    else:
-        result.best = None
-        result.best_reason = f"no configuration meets the SLO {slo} at concurrency {concurrency}"
-    result.write()
-    info(f"results: {result.path}")
+def _grid(space: dict[str, list[Any]]) -> int:
+    n = 1
+    for values in space.values():
+        n *= len(values)
+    return n
+
+
+def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, settings: TuneSettings | None = None,
+         capacity: CapacitySettings | None = None, startup_timeout: float = 600.0, out_dir: Path | None = None,
+         on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
+    """The standalone command: the study of this checkpoint, continued from the store."""
+    from .. import __version__, checkpoint, machine
+    from ..files import atomic_write_json
+    from ..serve.server import installed_vllm_version
+    from ..store import Store, run_key
+    from ..store.imports import default_names
+    from .bench import results_dir, stamp
+
+    model_dir = Path(model_dir).expanduser().absolute()
+    if not model_dir.is_dir():
+        raise UsageError(f"model folder {model_dir} does not exist")
+    if slo is None:
+        raise UsageError("tune needs an --slo: it maximizes the capacity under it (e.g. --slo ttft_p95=1,tpot_p95=0.1)")
+    settings, capacity, base = settings or TuneSettings(), capacity or CapacitySettings(), base or ServeConfig()
+    space = resolve_space(settings)
+    common = {"hardware": machine.fingerprint(), "quantkit": __version__}
+    key = study_key(model_dir, slo, capacity, settings, space, base, installed_vllm_version(), common)
+    model, variant = default_names({"model_dir": str(model_dir), "checkpoint": checkpoint.describe(model_dir)})
+    with Store() as store:
+        params = {"checkpoint": str(model_dir), "study": key, "budget": settings.budget, "slo": str(slo),
+                  "tune": settings.model_dump(mode="json"), "capacity": capacity.model_dump(mode="json"),
+                  "serve": base.model_dump(mode="json"), "standalone": True}
+        with store.stage(run_key("tune", study=key, budget=settings.budget), "tune", model, variant, params) as rec:
+            result = tune_study(store, model=model, variant=variant, model_dir=model_dir, slo=slo, capacity=capacity,
+                                settings=settings, base=base, study=key, space=space,
+                                startup_timeout=startup_timeout, on_trial=on_trial)
+            if not any(t.state != "rejected" for t in result.trials):
+                raise BackendError(f"no configuration could be served: {result.trials[-1].error if result.trials else ''}")
+            path = (Path(out_dir) if out_dir else results_dir(model_dir)) / f"tune-{stamp()}.json"
+            atomic_write_json(path, result.model_dump(mode="json"))
+            rec.finish(result.model_dump(mode="json"), str(path))
+    info(f"results: {path}")
     return result

@@ -29,12 +29,20 @@ __all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
 
 def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None = None,
         store: Store | None = None, executor: Executor | str | None = None, address: str | None = None,
-        output: OutputMode | None = None) -> RunSummary:
+        output: OutputMode | None = None, only: list[str] | None = None) -> RunSummary:
     """`executor`: an Executor, or "local" / "ray" over the recipe's `executor:` (so is `address`,
-    a Ray cluster's); `output` is the command's output mode (the Ray executor's progress view)."""
+    a Ray cluster's); `output` is the command's output mode (the Ray executor's progress view);
+    `only`: the lanes to run (a matrix split across calls or machines; the store holds what each
+    call measured and the report covers them all)."""
     started = time.monotonic()
     plan = load_run(recipe_path)
     check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
+    if only:  # a typo in --only fails now, not after the model is resolved
+        from ..errors import UsageError, did_you_mean
+
+        names = (["baseline"] if plan.baseline else []) + [e.label() for e in plan.methods]
+        if unknown := [n for n in only if n not in names]:
+            raise UsageError(f"--only {unknown[0]}: not a variant of {recipe_path}; {did_you_mean(unknown[0], names)}")
     chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
     model = models.resolve(plan.model)
     check_model(model)
@@ -43,6 +51,8 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version(),
                      common={"hardware": machine.fingerprint(), "quantkit": __version__})
     lanes = ([Lane("baseline", None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
+    if only:
+        lanes = [lane for lane in lanes if lane.label in only]
     own_store = store is None
     store = store or Store()
     summary = RunSummary(recipe=str(recipe_path), model=model.name)

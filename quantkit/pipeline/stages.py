@@ -1,5 +1,10 @@
-"""The stages of one lane (a variant's chain: convert, then bench and eval on one server) and their
-run keys.
+"""The stages of one lane (a variant's chain: convert, then capacity, bench and eval on one server,
+then tune on servers of its own) and their run keys.
+
+A variant with `checkpoint:` (an existing quantized checkpoint) has no convert stage. The capacity
+stage measures capacity under the recipe's SLO on the `serve:` configuration (vLLM's defaults plus
+those flags); the tune stage continues the variant's Optuna study (its trials are store records of
+their own) with the capacity stage's result as its base trial, so the defaults are not served twice.
 
 A run key is a hash of everything that defines a stage's result: the model's fingerprint and the
 recipe entry for a conversion; the checkpoint's fingerprint, the stage's settings, the serving
@@ -76,6 +81,8 @@ def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
     """(kind, key) of the measurement stages the recipe asks for, in the order they run."""
     plan, serve = ctx.plan, ctx.plan.serve.model_dump()
     stages = []
+    if plan.slo is not None:
+        stages.append(("capacity", capacity_key(ctx, fingerprint)))
     if plan.bench is not None:
         stages.append(("bench", run_key("bench", checkpoint=fingerprint, bench=plan.bench.model_dump(),
                                          serve=serve, vllm=ctx.vllm, **ctx.common)))
@@ -86,11 +93,36 @@ def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
     return stages
 
 
+def capacity_key(ctx: RunContext, fingerprint: str) -> str:
+    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=ctx.plan.capacity.model_dump(),
+                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+
+
 def run_lane(ctx: RunContext, lane: Lane, store: Store, summary: RunSummary) -> None:
-    """Convert (methods only), then measure on one server; failures are recorded, not raised."""
-    folder = ctx.model.path if lane.entry is None else convert_stage(ctx, lane.entry, store, summary)
+    """Convert (methods only), then measure on one server, then tune; failures are recorded, not raised."""
+    if lane.entry is None:
+        folder = ctx.model.path
+    elif lane.entry.checkpoint is not None:
+        folder = checkpoint_stage(lane.entry, summary)
+    else:
+        folder = convert_stage(ctx, lane.entry, store, summary)
     if folder is not None:
         measure_stages(ctx, lane.label, folder, store, summary)
+        if ctx.plan.tune is not None:
+            tune_stage(ctx, lane.label, folder, store, summary)
+
+
+def checkpoint_stage(entry: MethodEntry, summary: RunSummary) -> Path | None:
+    """An existing checkpoint (local folder or Hub id), measured as it is."""
+    from ..models import resolve
+
+    try:
+        return resolve(entry.checkpoint).path
+    except QuantkitError as exc:
+        warn(f"[{entry.label()}] checkpoint {entry.checkpoint}: {exc.one_line()}; the other variants go on")
+        summary.outcomes.append(StageOutcome(variant=entry.label(), kind="checkpoint", status="failed",
+                                             run_key="-", error=exc.one_line()))
+        return None
 
 
 def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: RunSummary) -> Path | None:
@@ -184,14 +216,23 @@ def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, ser
     plan = ctx.plan
     # the fingerprint ties a measurement to the exact weights; the gates travel with the eval so
     # that `quantkit push` can apply the recipe's own gates later
+    settings = {"bench": plan.bench, "eval": plan.eval, "capacity": plan.capacity}[kind]
     params = {"checkpoint": str(folder), "fingerprint": checkpoint.fingerprint(folder),
-              "serve": plan.serve.model_dump(), kind: (plan.bench if kind == "bench" else plan.eval).model_dump()}
+              "serve": plan.serve.model_dump(), kind: settings.model_dump()}
+    if kind == "capacity":
+        params["slo"] = plan.slo
     if kind == "eval":
         params["gates"] = plan.gates.model_dump()
     t0 = time.monotonic()
     try:
         with store.stage(key, kind, ctx.model.name, label, params) as rec:
-            if kind == "bench":
+            if kind == "capacity":
+                from ..measure.capacity import run_capacity
+
+                result = run_capacity(server, folder, plan.slo_object(), plan.capacity, label=label,
+                                      on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
+                rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+            elif kind == "bench":
                 from ..measure.bench import run_bench
 
                 b = plan.bench
@@ -213,3 +254,50 @@ def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, ser
         warn(f"[{label}] {kind} failed: {error}")
     summary.outcomes.append(StageOutcome(variant=label, kind=kind, status=status, run_key=key, error=error,
                                          seconds=round(time.monotonic() - t0, 1)))
+
+
+def tune_stage(ctx: RunContext, label: str, folder: Path, store: Store, summary: RunSummary) -> None:
+    """The variant's study: `tune.budget` servers in all, the capacity stage's result as its base trial."""
+    from ..measure import tune
+
+    plan = ctx.plan
+    slo = plan.slo_object()
+    space = tune.resolve_space(plan.tune)
+    study = tune.study_key(folder, slo, plan.capacity, plan.tune, space, plan.serve, ctx.vllm, ctx.common)
+    key = run_key("tune", study=study, budget=plan.tune.budget)
+    if store.done(key) and not ctx.force:
+        info(f"[{label}] tune: done earlier ({key[:10]}), skipped")
+        summary.outcomes.append(StageOutcome(variant=label, kind="tune", status="skipped", run_key=key))
+        return
+    base = store.done(capacity_key(ctx, checkpoint.fingerprint(folder)))
+    seed = _base_trial(base, space, folder, plan) if base is not None else None
+    params = {"checkpoint": str(folder), "fingerprint": checkpoint.fingerprint(folder), "study": study,
+              "slo": plan.slo, "tune": plan.tune.model_dump(mode="json"), "serve": plan.serve.model_dump()}
+    t0 = time.monotonic()
+    try:
+        with store.stage(key, "tune", ctx.model.name, label, params) as rec:
+            result = tune.tune_study(store, model=ctx.model.name, variant=label, model_dir=folder, slo=slo,
+                                     capacity=plan.capacity, settings=plan.tune, base=plan.serve, study=study,
+                                     space=space, seed_trial=seed)
+            rec.finish(result.model_dump(mode="json"))
+        status, error = "done", None
+    except QuantkitError as exc:
+        status, error = "failed", exc.one_line()
+        warn(f"[{label}] tune failed: {error}")
+    summary.outcomes.append(StageOutcome(variant=label, kind="tune", status=status, run_key=key, error=error,
+                                         seconds=round(time.monotonic() - t0, 1)))
+
+
+def _base_trial(record, space: dict[str, list[Any]], folder: Path, plan: RunRecipe):
+    """The capacity stage's result as the study's base trial (vLLM's defaults for every knob)."""
+    from ..measure.tune import Trial
+    from ..serve.config import serve_command
+
+    result = record.result or {}
+    cap = result.get("capacity") or {}
+    value = cap.get("goodput_req_s") if cap.get("goodput_req_s") is not None else cap.get("req_s")
+    return Trial(number=0, run_key=record.run_key, params={k: None for k in space}, config=plan.serve.changed(),
+                 label="defaults", command=serve_command(folder, plan.serve), state="complete",
+                 value=float(value or 0.0), probe=float(value or 0.0), capacity=cap or None,
+                 capacity_load=cap.get("load"), bound=result.get("bound"), points=int(result.get("points_spent") or 0),
+                 startup_s=(result.get("server") or {}).get("startup_s") or 0.0, reused=True)

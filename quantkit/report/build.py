@@ -32,6 +32,7 @@ from ..errors import UsageError
 from ..evals.gates import GateVerdict, overall_verdict
 from ..serve.config import args_of
 from ..serve.log import QUANT_NOISE
+from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
 
 SCHEMA_VERSION = 1
 
@@ -70,6 +71,9 @@ class Variant(BaseModel):
     size_bytes: int | None = None
     # Memory vLLM reported for the weights once loaded ("Model loading took X GiB"), if known.
     weight_memory_bytes: int | None = None
+    baseline: bool | None = None  # the reference variant (None: the one without a convert record)
+    capacity: dict | None = None  # a CapacityResult JSON: capacity under the SLO on the recipe's serve config
+    tune: dict | None = None  # a TuneResult JSON: the best configuration found and its capacity
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,7 +149,7 @@ class Row(BaseModel):
     points: list[Point] = Field(default_factory=list)
     c1: Point | None = None
     top: Point | None = None  # the knee point, or the highest load measured
-    top_kind: Literal["knee", "highest"] | None = None
+    top_kind: Literal["knee", "highest", "capacity"] | None = None
     scores: list[TaskScore] = Field(default_factory=list)
     perplexity: float | None = None  # wikitext word_perplexity
     recovery: float | None = None  # mean over accuracy tasks
@@ -160,6 +164,8 @@ class Row(BaseModel):
     gate_detail: list[str] = Field(default_factory=list)
     bound: Bound = Field(default_factory=Bound)
     pareto: bool = False
+    capacity: CapacityCell | None = None  # under the SLO, on the recipe's serve config (vLLM's defaults)
+    capacity_tuned: CapacityCell | None = None  # under the SLO, the tuner's best configuration
 
     @property
     def gates_passed(self) -> bool:
@@ -207,6 +213,9 @@ class Report(BaseModel):
     plots: list[PlotInfo] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     baseline_provenance: str | None = None  # what the baseline is, when it is not the original release
+    slo: str | None = None
+    slo_definition: str | None = None
+    decision: Decision | None = None  # the recommended deployment (report/decision.py)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,7 +285,12 @@ def _points(bench: dict) -> list[Point]:
     return out
 
 
-def _top_point(points: list[Point], knee: dict | None) -> tuple[Point | None, str | None]:
+def _top_point(points: list[Point], knee: dict | None, capacity: CapacityCell | None = None,
+               capacity_points: list[Point] | None = None) -> tuple[Point | None, str | None]:
+    if capacity is not None and capacity.load is not None:
+        for p in capacity_points or []:
+            if (p.concurrency if p.profile == "concurrency" else p.rate) == capacity.load and p.successes:
+                return p, "capacity"
     ok = [p for p in points if p.successes > 0]
     if isinstance(knee, dict) and knee.get("knee") is not None:
         for p in ok:
@@ -339,12 +353,15 @@ def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
 
 
 def _row(v: Variant) -> Row:
-    baseline = v.convert is None
+    baseline = v.baseline if v.baseline is not None else v.convert is None
     bench = v.bench or {}
-    server = bench.get("server") or {}
-    points = _points(bench)
+    server = bench.get("server") or (v.capacity or {}).get("server") or {}
+    cap_points = _points(v.capacity or {})
+    points = _points(bench) or cap_points
     c1 = next((p for p in points if p.profile == "concurrency" and p.concurrency == 1 and p.successes), None)
-    top, top_kind = _top_point(points, bench.get("knee"))
+    capacity = capacity_cell(v.capacity)
+    tuned = tuned_cell(v.tune, capacity.slo if capacity else None)
+    top, top_kind = _top_point(points, bench.get("knee"), capacity, cap_points)
     scores, ppl = _scores(v)
     recovery = v.recovery or {}
     rec = _num(recovery.get("mean_recovery"))
@@ -372,7 +389,7 @@ def _row(v: Variant) -> Row:
         recovery=rec, recovery_stderr=rec_se, recovery_low=rec_low, recovery_high=rec_high,
         recovery_method=recovery.get("mean_method"),
         recovery_independent_stderr=_num(recovery.get("mean_independent_stderr")),
-        gate=gate, gate_detail=gate_detail,
+        gate=gate, gate_detail=gate_detail, capacity=capacity, capacity_tuned=tuned,
     )
 
 
@@ -413,9 +430,14 @@ def _plots(rows: list[Row]) -> list[PlotInfo]:
         return PlotInfo(name=name, title=title, drawn=bool(have),
                         note=None if have else f"not drawn: no variant has {what}")
 
-    return [
+    capacity = [r for r in live if best_capacity(r) is not None and r.recovery is not None]
+    first = info("recovery_vs_capacity", "Accuracy recovery vs capacity under the SLO (Pareto front)", capacity,
+                 "both accuracy recovery and a capacity under the SLO") \
+        if any(r.capacity is not None or r.capacity_tuned is not None for r in live) else \
         info("recovery_vs_throughput", "Accuracy recovery vs output throughput (Pareto front)", scatter,
-             "both accuracy recovery and a measured throughput"),
+             "both accuracy recovery and a measured throughput")
+    return [
+        first,
         info("itl_vs_throughput", "Latency-throughput: ITL p95 vs output tok/s", curves, "bench points with ITL"),
         info("ttft_vs_concurrency", "TTFT vs concurrency", ttft, "concurrency points with TTFT"),
     ]
@@ -438,8 +460,12 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
         source = f"not known for {device or 'this device'}; pass bandwidth_gbs"
     for r in rows:
         r.bound = decode_bound(r.size_bytes, bw, r.c1.output_tok_s if r.c1 else None, gpus=r.tensor_parallel)
-    front = pareto_front({r.name: (r.top.output_tok_s, r.recovery) for r in rows
-                          if r.status != "failed" and r.top and r.top.output_tok_s is not None and r.recovery is not None})
+    if any(best_capacity(r) is not None for r in rows):  # the trade-off under the SLO: recovery vs capacity
+        front = pareto_front({r.name: (best_capacity(r).goodput, r.recovery) for r in rows
+                              if r.status != "failed" and best_capacity(r) is not None and r.recovery is not None})
+    else:
+        front = pareto_front({r.name: (r.top.output_tok_s, r.recovery) for r in rows if r.status != "failed" and r.top
+                              and r.top.output_tok_s is not None and r.recovery is not None})
     for r in rows:
         r.pareto = r.name in front
     tasks: list[str] = []
@@ -454,12 +480,23 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
     versions = {r.vllm_version for r in rows if r.vllm_version}
     if len(versions) > 1:
         notes.append(f"variants were served by different vLLM versions: {', '.join(sorted(versions))}")
+    decision = decide(rows)
+    from ..measure.slo import SLO_DEFINITION
+
     return Report(
         title=title, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         environment=dict(environment), recipe_hash=recipe_hash, bandwidth_gbs=bw, bandwidth_source=source,
         rows=rows, tasks=tasks, protocol=protocol, plots=_plots(rows), notes=notes,
         baseline_provenance=baseline_provenance,
+        slo=decision.slo, slo_definition=SLO_DEFINITION if decision.slo else None,
+        decision=decision if decision.status != "no_capacity" else None,
     )
+
+
+def best_capacity(row: Row) -> CapacityCell | None:
+    """The row's higher capacity under the SLO (tuned or on defaults); None when neither met it."""
+    cells = [c for c in (row.capacity, row.capacity_tuned) if c is not None and c.load is not None]
+    return max(cells, key=lambda c: c.goodput) if cells else None
 
 
 

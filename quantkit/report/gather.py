@@ -24,7 +24,7 @@ from ..evals.results import EvalRun
 from ..store import Record, Store
 from .build import Variant, build_report
 
-STAGES = ("convert", "bench", "eval")
+STAGES = ("convert", "bench", "eval", "capacity", "tune")
 
 
 def _latest(records: list[Record]) -> Record | None:
@@ -67,8 +67,8 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
         points = store.points(bench.id)
         bench_result = {**(bench.result or {}), "points": points, "complete": False} if points else None
     model_dir = (convert.result or {}).get("output_dir") if convert and convert.result else None
-    model_dir = model_dir or (bench.params.get("checkpoint") if bench else None) or (
-        eval_.params.get("checkpoint") if eval_ else "")
+    model_dir = model_dir or next((r.params.get("checkpoint") for r in (bench, eval_, stages.get("capacity"))
+                                   if r is not None and r.params.get("checkpoint")), "")
     recovery = None
     if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != "baseline":
         try:
@@ -76,15 +76,19 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
                                            gates or None, raise_on_fail=False).model_dump(mode="json")
         except UsageError as exc:
             problems.append(f"recovery: {exc.message}")
+    capacity, tune = stages.get("capacity"), stages.get("tune")
     if convert:
         method = (convert.result or {}).get("method", name)
     else:  # a checkpoint quantkit did not convert here: its own quantization, or the source dtype
-        method = method_of(((bench.result if bench else None) or {}).get("checkpoint")) or "bf16"
+        described = next((r.result.get("checkpoint") for r in (bench, capacity) if r is not None and r.result), None)
+        method = method_of(described) or "bf16"
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
     size = None
-    if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline: its weight files
+    if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline or a checkpoint brought in
         size = weight_bytes(Path(model_dir))
-    return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size,
+    capacity_result = capacity.result if capacity is not None and capacity.status == "done" else None
+    return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size, baseline=name == "baseline",
+                   capacity=capacity_result, tune=tune.result if tune is not None and tune.status == "done" else None,
                    convert=convert.result if convert and convert.status == "done" else None,
                    bench=bench_result, eval=eval_.result if eval_ and eval_.status == "done" else None,
                    recovery=recovery, status=status, error="; ".join(problems) or None)

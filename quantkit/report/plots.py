@@ -18,7 +18,8 @@ WIDTH, HEIGHT, DPI = 8.0, 5.0, 110
 
 def draw(name: str, report: "Report") -> bytes:
     """PNG bytes of the plot `name` (one of report.plots)."""
-    fn = {"recovery_vs_throughput": _recovery_vs_throughput, "itl_vs_throughput": _itl_vs_throughput,
+    fn = {"recovery_vs_throughput": _recovery_vs_throughput, "recovery_vs_capacity": _recovery_vs_capacity,
+          "itl_vs_throughput": _itl_vs_throughput,
           "ttft_vs_concurrency": _ttft_vs_concurrency}[name]
     import matplotlib
 
@@ -65,6 +66,39 @@ def _recovery_vs_throughput(ax, report: "Report") -> None:
     ax.set_xlabel("output tokens/s (at the knee, or highest load measured)")
     ax.set_ylabel("accuracy recovery (quantized / baseline)")
     ax.set_title("Accuracy recovery vs throughput")
+    ax.legend(fontsize=8, loc="best")
+
+
+def _recovery_vs_capacity(ax, report: "Report") -> None:
+    """Each variant at its best capacity under the SLO (tuned where tuning won), the front dashed,
+    and the recommendation circled."""
+    from .build import best_capacity
+
+    colors = _colors(report)
+    pts = [(r, best_capacity(r)) for r in report.rows if r.status != "failed" and r.recovery is not None]
+    pts = [(r, c) for r, c in pts if c is not None]
+    chosen = report.decision.recommended if report.decision else None
+    for r, c in pts:
+        ax.errorbar(c.goodput, r.recovery, yerr=r.recovery_stderr, fmt="o", color=colors[r.name],
+                    markersize=8 if r.pareto else 6, capsize=3, label=f"{r.name} ({c.label}, {c.load_text()})")
+        ax.annotate(r.name, (c.goodput, r.recovery), textcoords="offset points", xytext=(6, 6), fontsize=9)
+        if chosen is not None and chosen.variant == r.name:
+            ax.plot([chosen.cell.goodput], [r.recovery], "o", markersize=16, markerfacecolor="none",
+                    markeredgecolor="#111", label="recommended")
+    front = sorted(((r, c) for r, c in pts if r.pareto), key=lambda rc: rc[1].goodput)
+    if front:
+        xs, ys = [], []
+        for r, c in front:
+            if xs:
+                xs.append(c.goodput)
+                ys.append(ys[-1])
+            xs.append(c.goodput)
+            ys.append(r.recovery)
+        ax.plot(xs, ys, "--", color="#555", linewidth=1.2, label="Pareto front")
+    ax.axhline(1.0, color="#999", linewidth=0.8, linestyle=":")
+    ax.set_xlabel(f"capacity: requests/s meeting the SLO ({report.slo})")
+    ax.set_ylabel("accuracy recovery (quantized / baseline)")
+    ax.set_title("Accuracy recovery vs capacity under the SLO")
     ax.legend(fontsize=8, loc="best")
 
 

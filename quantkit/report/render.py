@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import UsageError
 from ..files import atomic_write_bytes
 from .build import SCHEMA_VERSION, Bound, Point, Report, TaskScore
+from .decision import CapacityCell, Decision
 
 DASH = "—"
 
@@ -93,6 +94,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
     """(title, header, rows, caption) for every table; both renderers print exactly these."""
     r_ = report.rows
     out = []
+    if (capacity := capacity_table(r_)) is not None:
+        out.append(capacity)
     out.append(("Checkpoints", ["variant", "method", "status", "format", "size on disk", "weight memory",
                                 "KV cache (tokens)", "conversion time", "kernel vLLM chose"],
                 [[r.name, r.method, r.status + (f": {r.error}" if r.error else ""), r.format or DASH,
@@ -112,8 +115,9 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                   fmt_ms((r.top.ttft_p50, r.top.ttft_p95)) if r.top else DASH,
                   fmt_ms((r.c1.itl_p50, r.c1.itl_p95)) if r.c1 else DASH,
                   fmt_ms((r.top.itl_p50, r.top.itl_p95)) if r.top else DASH, _tpot(r.c1), _tpot(r.top)] for r in r_],
-                "at knee: the knee of the sweep, or the highest load measured (\"highest\") when there was no sweep; "
-                "[client-limited]: quantkit's own client was saturated at that point (its figures may read low)"))
+                "at knee: the knee of the sweep, the capacity under the SLO (\"capacity\"), or the highest load measured "
+                "(\"highest\"); [client-limited]: quantkit's own client was saturated at that point (its figures may "
+                "read low)"))
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}
@@ -168,6 +172,71 @@ def _items(p: Any) -> str:
     return text + (f" ({p.growth})" if p.growth else "")
 
 
+def capacity_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], str] | None:
+    """The per-variant table under the recommendation (None when nothing was measured)."""
+    def cell_text(c: CapacityCell | None, base: CapacityCell | None = None) -> str:
+        if c is None:
+            return DASH
+        if c.load is None:
+            return "not met" + (f" ({c.blocker})" if c.blocker else "")
+        text = f"{c.load_text()}: {fmt(c.goodput)} req/s, {fmt(c.output_tok_s)} tok/s"
+        if base is not None and base.goodput > 0 and c is not base:
+            text += f" ({c.goodput / base.goodput:.2f} x)"
+        return text
+
+    out = []
+    for r in rows:
+        if r.capacity is None and r.capacity_tuned is None:
+            continue
+        bound_cell = r.capacity_tuned if r.capacity_tuned is not None and r.capacity_tuned.bound else r.capacity
+        bound = DASH if bound_cell is None or not bound_cell.bound else bound_cell.bound
+        tuned = cell_text(r.capacity_tuned, r.capacity)
+        if r.capacity_tuned is not None and r.capacity_tuned.label == "defaults":
+            tuned = f"defaults kept ({r.capacity_tuned.trials} trials, {r.capacity_tuned.servers} servers)"
+        elif r.capacity_tuned is not None and r.capacity_tuned.serve_args:
+            tuned += f" with {' '.join(r.capacity_tuned.serve_args)}"
+        out.append([r.name, cell_text(r.capacity), tuned,
+                    fmt_pm(r.recovery, r.recovery_stderr) if r.recovery is not None else DASH, r.gate or DASH, bound])
+    if not out:
+        return None
+    slo = next((c.slo for r in rows for c in (r.capacity, r.capacity_tuned) if c is not None), "")
+    return ("Capacity under the SLO", ["variant", "capacity on vLLM defaults", "capacity tuned (x defaults)",
+                                       "recovery", "gate", "bound"], out,
+            f"SLO {slo}. capacity = the highest load meeting the SLO, searched to the stated tolerance; req/s = goodput "
+            "(requests that met every bound, per second) at that load; tok/s = output tokens/s there. Bound: what "
+            "stops it, from vLLM's /metrics at the first load that broke the SLO.")
+
+
+def decision_lines(report: Report) -> list[str]:
+    """The "Recommended deployment" section as plain sentences (Markdown and HTML print them)."""
+    d: Decision | None = report.decision
+    if d is None or d.status == "no_capacity":
+        return []
+    lines = []
+    if d.status == "recommended" and d.recommended is not None:
+        c = d.recommended
+        lines.append(d.summary[0].upper() + d.summary[1:] + ".")
+        lines.append(f"capacity: {c.cell.load_text()}, {fmt(c.cell.goodput)} requests/s, "
+                     f"{fmt(c.cell.output_tok_s)} output tokens/s within {c.cell.slo} ({c.cell.points} load points)")
+        if d.ratio_vs_baseline is not None:
+            lines.append(f"vs bf16 on vLLM defaults under the same SLO: {d.ratio_vs_baseline:.2f} x "
+                         f"({fmt(d.baseline.goodput if d.baseline else None)} requests/s)")
+        lines.append("accuracy recovery: " + (fmt_pm(c.recovery, c.recovery_stderr) if c.recovery is not None else DASH)
+                     + f", gate: {c.gate or DASH}")
+        if c.cell.bound:
+            lines.append(f"bound: {c.cell.bound}: {c.cell.bound_evidence}; knob: {c.cell.knob}")
+        lines.append("`" + (c.cell.command or ("vllm serve " + " ".join(["MODEL", *c.cell.serve_args]))) + "`")
+    else:
+        lines.append(f"**No recommendation**: {d.summary}.")
+        if d.closest is not None and d.closest.cell.load is not None:
+            lines.append(f"closest: {d.closest.variant} ({d.closest.cell.label}) at {d.closest.cell.load_text()}, "
+                         f"{fmt(d.closest.cell.goodput)} requests/s")
+    lines += [f"note: {n}" for n in d.notes]
+    if report.slo_definition:
+        lines.append(report.slo_definition)
+    return lines
+
+
 def _s(value: Any, none: str = DASH) -> str:
     return none if value is None else str(value)
 
@@ -207,7 +276,7 @@ def _version(report: Report) -> str:
 
 # The plots go after the first three tables (what each variant is, its speed, its accuracy): the
 # reader sees the trade-off before the detail tables.
-PLOTS_AFTER = 3
+PLOTS_AFTER = 3  # (4 when the capacity table leads)
 
 
 def render_markdown(report: Report) -> str:
@@ -219,8 +288,11 @@ def render_markdown(report: Report) -> str:
         lines.append("")
     for note in report.notes:
         lines += [f"> note: {_md_cell(note)}", ""]
+    if decision := decision_lines(report):
+        lines += ["## Recommended deployment", ""] + [f"- {line}" for line in decision] + [""]
+    plots_after = PLOTS_AFTER + (report.decision is not None)
     for i, (title, header, rows, caption) in enumerate(tables(report)):
-        if i == PLOTS_AFTER:
+        if i == plots_after:
             lines += _md_plots(report)
         lines += [f"## {title}", ""]
         if not rows:
@@ -286,6 +358,8 @@ pre { background: #f6f6f6; padding: 0.5em; font-size: 12px; white-space: pre-wra
 <div class="alert"><b>{{ r.name }}: {{ r.status }}</b>{% if r.error %}: {{ r.error }}{% endif %}</div>
 {% endfor %}
 {% for n in report.notes %}<div class="note">note: {{ n }}</div>{% endfor %}
+{% if decision %}<h2>Recommended deployment</h2><ul class="decision">
+{% for line in decision %}<li>{{ line | replace("**", "") | replace("`", "") }}</li>{% endfor %}</ul>{% endif %}
 {% for title, header, rows, caption in tables %}
 {% if loop.index0 == plots_after %}{{ plots() }}{% endif %}
 <h2>{{ title }}</h2>
@@ -313,9 +387,10 @@ def render_html(report: Report, images: dict[str, bytes] | None = None) -> str:
                  "Accuracy": {r.name: "pareto" for r in report.rows if r.pareto}}
     return env.from_string(_HTML).render(
         report=report, tables=tables(report), dash=DASH, row_class=row_class, version=_version(report),
-        plots_after=PLOTS_AFTER,
+        plots_after=PLOTS_AFTER + (report.decision is not None),
         images={k: base64.b64encode(v).decode("ascii") for k, v in (images or {}).items()},
         kernel_rows=[r for r in report.rows if r.kernels], gate_rows=[r for r in report.rows if r.gate_detail],
+        decision=decision_lines(report),
     )
 
 

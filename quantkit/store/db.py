@@ -88,7 +88,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     """),
 ]
 # What a record can be; each is a stage of a run or a standalone command's result.
-KINDS = ("convert", "bench", "eval", "tune")
+KINDS = ("convert", "bench", "eval", "tune", "capacity", "trial")
 # Stores written before migrations had names numbered them: version -> name.
 _NUMBERED = {1: "m001_initial"}
 

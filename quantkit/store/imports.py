@@ -24,7 +24,7 @@ from ..errors import UsageError
 from ..registry import RESULT_SCHEMAS
 from .db import StageHandle, Store, run_key
 
-KINDS = {"quantkit.bench": "bench", "quantkit.eval": "eval"}
+KINDS = {"quantkit.bench": "bench", "quantkit.eval": "eval", "quantkit.capacity": "capacity"}
 
 
 def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
@@ -39,7 +39,7 @@ def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
         raise UsageError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}); give a bench or eval result file") from None
     kind = KINDS.get(data.get("kind") if isinstance(data, dict) else None)
     if kind is None:
-        raise UsageError(f"{path} is not a quantkit bench or eval result (kind must be one of {', '.join(KINDS)})")
+        raise UsageError(f"{path} is not a quantkit bench, eval or capacity result (kind must be one of {', '.join(KINDS)})")
     Model = RESULT_SCHEMAS.load(data["kind"])
     try:
         Model.model_validate(data)
@@ -75,7 +75,7 @@ def import_result(store: Store, path: Path, model: str | None = None, variant: s
     params = {"checkpoint": data.get("model_dir"), "imported_from": str(path.resolve()),
               "serve": server.get("serve_config"), "hardware": data.get("hardware")}
     record_id = store.begin(key, kind, model, variant, params)
-    for point in data.get("points", []) if kind == "bench" else []:
+    for point in data.get("points", []) if kind in ("bench", "capacity") else []:
         store.add_point(record_id, point)
     store.finish(record_id, data, str(path.resolve()))
     return {"file": str(path), "kind": kind, "model": model, "variant": variant, "run_key": key, "imported": True}

@@ -154,3 +154,31 @@ def test_a_server_that_dies_mid_point_leaves_a_partial_point(workers):
     # requests cut off, refused before the next alive() poll, or not sent once it said so
     assert all(any(word in reason for word in ("server died", "Connect", "connection", "Disconnected", "Payload"))
                for reason in point.failure_reasons), point.failure_reasons
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_stop_when_ends_a_point_early_and_leaves_the_cut_requests_out(fixture, workers):
+    """An early stop (a capacity point whose verdict is decided) stops sending, cuts the requests in
+    flight, and reports only what finished, with the reason; nothing cut counts as a failure."""
+    import time
+
+    from quantkit.measure.slo import parse_slo
+
+    c, n = 4, 200  # 200 requests of ~0.7 s at concurrency 4: ~35 s if it ran to its end
+    seen: list[int] = []
+
+    def stop_when(finished, elapsed):
+        seen.append(len(finished))
+        return "decided: enough requests broke the bound" if elapsed > 2.0 else None
+
+    started = time.monotonic()
+    point = run_point(target(fixture), prompts(n, 4), OUT, concurrency=c, workers=workers, stop_when=stop_when,
+                      slo=parse_slo("ttft_p95=10"))
+    assert time.monotonic() - started < 10, "the point ran on after stop_when ended it"
+    assert point.stopped_early == "decided: enough requests broke the bound"
+    assert point.failures == 0 and 0 < point.successes < n and point.num_requests == point.successes
+    assert point.slo_met is False and any(v.startswith("stopped early") for v in point.slo_violations)
+    if workers == 1:  # one worker in this process: stop_when sees the requests as they finish
+        assert max(seen) > 0
+    else:  # worker processes keep theirs until the point ends
+        assert set(seen) == {0}

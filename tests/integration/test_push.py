@@ -462,21 +462,25 @@ def test_card_command_writes_the_card_locally(world):
 def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     from huggingface_hub import ModelCard
 
-    from quantkit.measure.tune import TuneEntry, TuneResult
+    from quantkit.measure.capacity import CapacitySettings
+    from quantkit.measure.tune import Trial, TuneResult, TuneSettings
     from quantkit.serve.config import ServeConfig
 
     store_runs(world["home"], world["ckpt"], world["baseline"], bench=False)
     base = ServeConfig(enforce_eager=True)
     tuned = ServeConfig(enforce_eager=True, max_num_seqs=64, block_size=64)
-    point = _bench_run(world["ckpt"], [63.1, 63.1]).points[0]
-    tune = TuneResult(model_dir=str(world["ckpt"]), slo="ttft_p95=0.5", entries=[
-        TuneEntry(label="defaults", config=base.changed(), command="vllm serve x", point=point),
-        TuneEntry(label="max-num-seqs=64 block-size=64", config=tuned.changed(), command="vllm serve x", point=point)])
-    tune.best, tune.best_reason = tune.entries[1], "highest output tok/s among configurations meeting the SLO"
+    trials = [Trial(number=0, run_key="a", params={"max_num_seqs": None, "block_size": None}, config=base.changed(),
+                    label="defaults", command="vllm serve x", state="complete", value=1.0),
+              Trial(number=1, run_key="b", params={"max_num_seqs": 64, "block_size": 64}, config=tuned.changed(),
+                    label="max-num-seqs=64 block-size=64", command="vllm serve x", state="complete", value=1.5)]
+    tune = TuneResult(model_dir=str(world["ckpt"]), study="s", slo="ttft_p95=0.5", settings=TuneSettings(),
+                      capacity=CapacitySettings(), space={"max_num_seqs": [None, 64], "block_size": [None, 64]},
+                      base=base.changed(), trials=trials, best=trials[1], defaults=trials[0], gain=1.5,
+                      best_reason="highest goodput at capacity under ttft_p95=0.5")
     from quantkit.store import Store, run_key
 
     with Store(world["home"] / "results.db") as store:  # tune results are store records
-        older = {**tune.model_dump(mode="json"), "best": {**tune.entries[0].model_dump(mode="json"),
+        older = {**tune.model_dump(mode="json"), "best": {**trials[0].model_dump(mode="json"),
                                                           "config": {"max_num_seqs": 8}}}
         for n, result in enumerate([older, tune.model_dump(mode="json")]):  # the newest one wins
             rid = store.begin(run_key("tune", n=n), "tune", "smollm2-135m", "gptq", {"checkpoint": str(world["ckpt"])})
@@ -488,7 +492,7 @@ def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     assert proc.returncode == 0, proc.stderr
     card = ModelCard.load(world["ckpt"] / "README.md")  # default: beside the checkpoint
     assert "vllm serve quantkit-tests/tiny-gptq --max-num-seqs 64 --block-size 64 --max-model-len 2048 --enforce-eager" in card.text
-    assert "tuned by `quantkit tune` (max-num-seqs=64 block-size=64: highest output tok/s" in card.text
+    assert "tuned by `quantkit tune` (max-num-seqs=64 block-size=64: highest goodput at capacity" in card.text
     assert "No benchmark is stored for this checkpoint: throughput and latency are missing." in card.text
     assert "- bench: missing" in card.text
     # accuracy is stored, so it is claimed: 2 scores, 2 recoveries and the mean recovery

@@ -78,7 +78,7 @@ def test_labels_can_be_given(tmp_path):
     (None, "does not exist"),
     ("", "is empty"),
     ("{not json", "is not JSON"),
-    ('{"kind": "quantkit.tune"}', "is not a quantkit bench or eval result"),
+    ('{"kind": "quantkit.tune"}', "is not a quantkit bench, eval or capacity result"),
     ('{"kind": "quantkit.bench"}', "does not match the bench result schema"),
 ])
 def test_bad_files_are_one_line_errors_and_store_nothing(tmp_path, content, message):

@@ -1,0 +1,331 @@
+"""Capacity under an SLO: the highest load a server sustains while the SLO holds.
+
+`run_capacity(server, model_dir, slo, settings)` drives `search.search_capacity` with real load
+points against a server it is given: concurrency (default) or Poisson request rate, grown until
+the SLO breaks and narrowed to `tolerance` (10%). Every point scrapes vLLM's /metrics (and NVML on
+GPU machines) and is kept, in order, with its verdict; the capacity is reported as concurrency,
+requests/s and output tokens/s at the highest load that met the SLO, with the bound that stops it
+(bounds.py) and the number of points spent.
+
+A point stops early (`EarlyStop`) once it cannot pass any more, instead of running to its end:
+- its verdict is decided: enough requests already broke a bound that its statistic over the whole
+  point must break it (e.g. more than 5% of the point's requests over a p95 limit), or a request
+  failed (a failed request breaks the SLO);
+- it is over-saturated: the server's waiting queue grows through the point and TTFT climbs with
+  the time a request was sent (arrivals outpace service: under a Poisson rate the queue never
+  drains, so waiting for the point's end only burns minutes).
+A point quantkit's own client limited (`client_limited`, set by the load generator) is not
+trusted: the search ends there and says so.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, Field
+
+from ..console import info
+from ..errors import BackendError, UsageError
+from ..files import atomic_write_json
+from ..machine import hardware
+from ..serve.server import Server, ServerInfo
+from .bench import checkpoint_info, measure_point, results_dir, stamp
+from .bounds import Bound, classify_capacity
+from .gpu import open_gpus
+from .loadgen import Target, warmup
+from .metrics import PointMonitor, Scrape, slope
+from .point import BenchPoint, RequestResult, percentile
+from .search import CapacitySearch, Verdict, search_capacity
+from .slo import Slo
+from .workload import PromptSource
+
+SCHEMA_VERSION = 1
+
+
+class CapacitySettings(BaseModel):
+    """How capacity is searched (CLI options of `bench --capacity`, a run recipe's `capacity:`)."""
+
+    model_config = {"extra": "forbid"}
+
+    profile: Literal["concurrency", "rate"] = "concurrency"
+    tolerance: float = Field(0.10, gt=0, lt=4)
+    start: float = Field(1, gt=0)  # lowest load
+    max: float = Field(1024, gt=0)  # highest load
+    input_len: int = Field(128, ge=1)
+    output_len: int = Field(64, ge=1)
+    waves: float = Field(3.0, gt=0)  # requests per concurrency point = waves x concurrency
+    duration_s: float = Field(20.0, gt=0)  # a rate point sends rate x duration requests
+    min_requests: int = Field(16, ge=1)
+    max_requests: int | None = Field(None, ge=1)
+    seed: int = 0
+    warmup: int = Field(2, ge=0)
+    interval_s: float = Field(1.0, gt=0)  # /metrics scrape interval
+    early_stop: bool = True
+
+    def requests(self, load: float) -> int:
+        n = math.ceil(self.waves * load) if self.profile == "concurrency" else math.ceil(self.duration_s * load)
+        n = max(self.min_requests, n)
+        return min(n, self.max_requests) if self.max_requests else n
+
+
+class CapacityFigures(BaseModel):
+    """The capacity point: the highest load that met the SLO, as users size a deployment."""
+
+    load: float
+    concurrency: float | None = None  # the concurrency (profile concurrency) or the mean in flight
+    rate: float | None = None  # requested rate (profile rate)
+    req_s: float
+    output_tok_s: float
+    goodput_req_s: float | None = None
+    point_index: int
+
+
+class CapacityResult(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    kind: str = "quantkit.capacity"
+    created_at: str = Field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    model_dir: str
+    model_name: str | None = None
+    checkpoint: dict[str, Any] = Field(default_factory=dict)
+    server: ServerInfo | None = None
+    slo: str
+    settings: CapacitySettings
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    points: list[BenchPoint] = Field(default_factory=list)
+    search: CapacitySearch | None = None
+    capacity: CapacityFigures | None = None  # None: the SLO failed at the lowest load
+    bound: Bound | None = None
+    points_spent: int = 0
+    complete: bool = False
+    error: str | None = None
+    path: str | None = None
+
+    def write(self) -> None:
+        if self.path:
+            atomic_write_json(Path(self.path), self.model_dump(mode="json", exclude={"path"}))
+
+    def summary(self) -> str:
+        if self.capacity is None:
+            where = f"{self.settings.profile} {self.settings.start:g}"
+            return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
+        c = self.capacity
+        load = f"concurrency {c.load:g}" if self.settings.profile == "concurrency" else f"{c.load:g} req/s offered"
+        more = " or more (the top of the range)" if self.search and self.search.reason == "max_reached" else ""
+        return (f"capacity {load}{more}: {c.req_s:.2f} req/s, {c.output_tok_s:.0f} output tok/s within {self.slo}"
+                f" ({self.points_spent} points" + (f"; bound: {self.bound.kind}" if self.bound else "") + ")")
+
+
+# --------------------------------------------------------------------------------------------
+# Stopping a point that cannot pass
+
+
+def _decided_fail(slo: Slo, finished: list[RequestResult], total: int, output_len: int) -> str | None:
+    """A bound the whole point must break, given the requests finished so far (the rest unknown)."""
+    bad = [r for r in finished if not r.ok]
+    if bad:
+        return f"{len(bad)} request(s) failed ({bad[0].error})"
+    for t in slo.terms:
+        if t.metric == "itl":
+            values = [x for r in finished for x in r.itl]
+            n = total * max(output_len - 1, 0)
+        else:
+            values = [getattr(r, t.metric) for r in finished if getattr(r, t.metric) is not None]
+            n = total
+        if not values or n < 2:
+            continue
+        over = sum(1 for v in values if v > t.limit_s)
+        if t.stat == "mean":
+            if sum(values) / n > t.limit_s:  # the unfinished ones only add (latencies are >= 0)
+                return f"{t.key} is above {t.limit_s:g} s whatever the rest does"
+            continue
+        q = float(t.stat[1:]) / 100.0
+        # the percentile at position (n-1)q is over the limit once fewer than floor((n-1)q)+1
+        # values can still be under it
+        if n - over <= math.floor((n - 1) * q):
+            return f"{over} of {n} {t.metric.upper()} values already exceed {t.limit_s:g} s: {t.key} cannot pass"
+    if slo.attainment is not None:
+        missed = sum(1 for r in finished if not slo.request_ok(r))
+        if missed > (1 - slo.attainment) * total + 1e-9:
+            return f"{missed} of {total} requests already missed the SLO: attainment {slo.attainment:g} cannot be reached"
+    return None
+
+
+def oversaturated(series: list[Scrape], finished: list[RequestResult], min_span_s: float = 6.0) -> str | None:
+    """Arrivals outpace service: the waiting queue grows through the point and TTFT climbs with the
+    send time (both, where /metrics exists; TTFT alone, doubled, where it does not)."""
+    done = sorted((r for r in finished if r.ok and r.ttft is not None), key=lambda r: r.start_s)
+    if len(done) < 8 or done[-1].start_s - done[0].start_s < min_span_s:
+        return None
+    half = len(done) // 2
+    early = percentile([r.ttft for r in done[:half]], 50)
+    late = percentile([r.ttft for r in done[half:]], 50)
+    ttft_slope = slope([r.start_s for r in done], [r.ttft for r in done]) or 0.0
+    climbing = ttft_slope > 0 and late > 1.5 * early
+    waits = [(s.t, s.gauges["waiting"]) for s in series if "waiting" in s.gauges]
+    if len(waits) >= 4:
+        mid = len(waits) // 2
+        first = sum(w for _, w in waits[:mid]) / mid
+        last = sum(w for _, w in waits[mid:]) / (len(waits) - mid)
+        growing = (slope([t for t, _ in waits], [w for _, w in waits]) or 0) > 0 and last >= max(2.0, 1.5 * first)
+        if growing and climbing:
+            return (f"over-saturated: the waiting queue grew from {first:.1f} to {last:.1f} and TTFT p50 climbed "
+                    f"from {early:.2f} s to {late:.2f} s")
+        return None
+    if climbing and late > 2 * early:
+        return f"over-saturated: TTFT p50 climbed from {early:.2f} s to {late:.2f} s through the point"
+    return None
+
+
+class EarlyStop:
+    """`stop_when` for run_point: the reason to end a point now, or None."""
+
+    def __init__(self, slo: Slo, total: int, output_len: int, monitor: PointMonitor | None, profile: str):
+        self.slo, self.total, self.output_len, self.monitor, self.profile = slo, total, output_len, monitor, profile
+
+    def __call__(self, finished: list[RequestResult], elapsed_s: float) -> str | None:
+        decided = _decided_fail(self.slo, finished, self.total, self.output_len)
+        if decided:
+            return decided
+        if self.profile == "rate":  # a fixed concurrency cannot queue without bound
+            return oversaturated(self.monitor.series() if self.monitor else [], finished)
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# The search against a server
+
+
+def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySettings | None = None, *,
+                 prompts: PromptSource | None = None, start: float | None = None, out_dir: Path | None = None,
+                 on_point: Callable[[BenchPoint], None] | None = None, label: str = "") -> CapacityResult:
+    """Search the capacity of `server` (already started) under `slo`; the export is rewritten after
+    every point, so an interrupted search keeps the points it measured."""
+    settings = settings or CapacitySettings()
+    if settings.max < settings.start:
+        raise UsageError(f"capacity range {settings.start:g}..{settings.max:g}: the start is above the maximum")
+    model_dir = Path(model_dir).expanduser().absolute()
+    prompts = prompts or PromptSource(model_dir, settings.input_len, seed=settings.seed)
+    result = CapacityResult(
+        model_dir=str(model_dir), model_name=server.model_name, checkpoint=checkpoint_info(model_dir),
+        server=server.info, slo=str(slo), settings=settings, hardware=hardware(),
+        path=str((Path(out_dir) if out_dir else results_dir(model_dir)) / f"capacity-{stamp()}.json"),
+    )
+    result.write()
+    target = Target(api_url=server.api_url, model=server.model_name)
+    if settings.warmup:
+        failed = [r for r in warmup(target, prompts.prompts(settings.warmup, -1), min(settings.output_len, 16)) if not r.ok]
+        if failed:
+            result.error = f"warm-up request failed: {failed[0].error}"
+            result.write()
+            raise BackendError(f"{result.error} (server {server.url})")
+    remote = bool(server.info and server.info.remote)
+    gpus = None if remote else open_gpus()
+    index = itertools.count()
+    rate_mode = settings.profile == "rate"
+    prefix = f"{label}: " if label else ""
+
+    def measure(load: float) -> Verdict:
+        n = settings.requests(load)
+        number = next(index)
+        what = f"rate {load:g}/s" if rate_mode else f"concurrency {load:g}"
+        info(f"{prefix}capacity point {number + 1}: {what}, {n} requests")
+        stop = (lambda monitor: EarlyStop(slo, n, settings.output_len, monitor, settings.profile)) \
+            if settings.early_stop else None
+        point = measure_point(server, target, prompts.prompts(n, number), settings.output_len, slo=slo,
+                              concurrency=None if rate_mode else int(load), rate=load if rate_mode else None,
+                              seed=settings.seed + number, input_len=settings.input_len,
+                              interval_s=settings.interval_s, gpus=gpus, stop_factory=stop)
+        result.points.append(point)
+        result.points_spent = len(result.points)
+        result.write()
+        if on_point:
+            on_point(point)
+        if point.partial or (point.failures and not server.alive()):
+            result.error = f"the server died during the capacity point at {what}: {server.exit_reason()}"
+            result.write()
+            raise BackendError(f"{result.error}; {len(result.points)} points kept in {result.path}")
+        verdict = "meets" if point.slo_met else "breaks"
+        info(f"{prefix}  {what}: {point.output_tok_s:.1f} out tok/s, {verdict} the SLO"
+             + (f" ({'; '.join(point.slo_violations)})" if not point.slo_met else ""))
+        return Verdict(passed=bool(point.slo_met), margin=None if point.stopped_early else slo.margin(point),
+                       trusted=not getattr(point, "client_limited", False))
+
+    try:
+        search = search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
+                                 integer=not rate_mode, start=start)
+    finally:
+        if gpus is not None:
+            gpus.close()
+    finish(result, search)
+    result.write()
+    info(f"{prefix}{result.summary()}")
+    return result
+
+
+def _index_of(points: list[BenchPoint], load: float | None, profile: str) -> int | None:
+    if load is None:
+        return None
+    for i, p in enumerate(points):
+        if (p.concurrency if profile == "concurrency" else p.rate) == load:
+            return i
+    return None
+
+
+def finish(result: CapacityResult, search: CapacitySearch) -> CapacityResult:
+    """Fill the capacity figures and the bound from the search and the measured points."""
+    result.search = search
+    profile = result.settings.profile
+    cap_i = _index_of(result.points, search.capacity, profile)
+    ceil_i = _index_of(result.points, search.ceiling, profile)
+    if cap_i is not None:
+        p = result.points[cap_i]
+        in_flight = None
+        if profile == "rate" and p.e2e is not None:
+            in_flight = p.req_s * p.e2e.mean  # Little's law: the mean number of requests in the server
+        result.capacity = CapacityFigures(
+            load=search.capacity, concurrency=float(p.concurrency) if p.concurrency else in_flight,
+            rate=p.rate, req_s=p.req_s, output_tok_s=p.output_tok_s, goodput_req_s=p.goodput_req_s, point_index=cap_i)
+    serve_config = (result.server.serve_config if result.server else None) or {}
+    points = [p.model_dump(mode="json") for p in result.points]
+    if search.reason == "untrusted":
+        result.bound = classify_capacity(points, None, len(points) - 1, serve_config)
+    else:  # max_reached: the SLO held to the top of the range; the server's state there, for the record
+        result.bound = classify_capacity(points, cap_i, ceil_i, serve_config)
+    result.points_spent = len(result.points)
+    result.complete = True
+    return result
+
+
+def capacity(model_dir: Path, slo: Slo | None, settings: CapacitySettings | None = None, *, url: str | None = None,
+             config: Any = None, port: int | None = None, startup_timeout: float = 600.0,
+             out_dir: Path | None = None, on_point: Callable[[BenchPoint], None] | None = None) -> CapacityResult:
+    """`quantkit bench DIR --slo ... --capacity`: serve (or attach), search, record in the store."""
+    from ..serve.config import ServeConfig
+    from ..serve.server import open_server
+    from ..store import Store, standalone
+
+    if slo is None:
+        raise UsageError("--capacity needs an --slo, e.g. --slo ttft_p95=1,tpot_p95=0.1")
+    settings = settings or CapacitySettings()
+    model_dir = Path(model_dir).expanduser().absolute()
+    if not model_dir.is_dir():
+        raise UsageError(f"model folder {model_dir} does not exist")
+    if settings.max < settings.start:
+        raise UsageError(f"--capacity-max {settings.max:g} is below --capacity-start {settings.start:g}")
+    prompts = PromptSource(model_dir, settings.input_len, seed=settings.seed)
+    params = {"serve": (config or ServeConfig()).model_dump(mode="json"), "url": url, "slo": str(slo),
+              "capacity": settings.model_dump(mode="json")}
+    with Store() as store, open_server(model_dir, url, config, port=port, startup_timeout=startup_timeout) as server:
+        with standalone(store, "capacity", model_dir, params) as rec:
+            def point_done(point: BenchPoint) -> None:
+                rec.add_point(point.model_dump(mode="json"))
+                if on_point:
+                    on_point(point)
+
+            result = run_capacity(server, model_dir, slo, settings, prompts=prompts, out_dir=out_dir, on_point=point_done)
+            rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+    return result

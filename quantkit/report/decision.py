@@ -1,0 +1,231 @@
+"""The decision: which variant to deploy, with which vLLM flags, and what it gives under the SLO.
+
+Inputs are the report's rows, each with its capacity on vLLM's defaults and, when tuned, after
+tuning (`CapacityCell`, built from the stored capacity / tune records by `capacity_cell`). Rules:
+- a candidate is a (variant, configuration) pair with a capacity under the SLO;
+- it is eligible when its accuracy gate passed (`pass`), it is the reference (the baseline), or no
+  gate is set (`no gates`, said in the note); where no variant was evaluated at all, accuracy
+  does not decide and the note says so;
+- the recommendation is the eligible candidate with the highest goodput at capacity (requests/s
+  meeting the SLO). Goodputs within the search's tolerance of the highest are a tie (the
+  measurement cannot tell them apart): the higher recovery wins, then the configuration with fewer
+  flags (defaults before tuned), then the smaller checkpoint;
+- its ratio is its goodput over the baseline's on vLLM's defaults under the same SLO;
+- when no candidate meets the SLO, or none that meets it passes the gates, there is no
+  recommendation: the decision names the closest configuration and what blocks it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+ELIGIBLE_GATES = ("pass", "reference", "no gates")
+
+
+class CapacityCell(BaseModel):
+    """One configuration's capacity under the SLO, as the report shows it."""
+
+    config: Literal["defaults", "tuned"]
+    slo: str
+    profile: str = "concurrency"
+    load: float | None = None  # None: the SLO failed at the lowest load
+    reason: str | None = None  # the search's: bracketed | max_reached | below_min | untrusted
+    req_s: float | None = None
+    output_tok_s: float | None = None
+    goodput_req_s: float | None = None
+    tolerance: float = 0.10
+    points: int = 0
+    bound: str | None = None
+    bound_evidence: str | None = None
+    knob: str | None = None
+    serve_args: list[str] = Field(default_factory=list)
+    command: str | None = None
+    label: str = "defaults"
+    trials: int | None = None  # tuned: trials and servers behind it
+    servers: int | None = None
+    blocker: str | None = None  # below_min: what the lowest load broke
+
+    @property
+    def goodput(self) -> float:
+        value = self.goodput_req_s if self.goodput_req_s is not None else self.req_s
+        return float(value) if self.load is not None and value is not None else 0.0
+
+    def load_text(self) -> str:
+        if self.load is None:
+            return "none"
+        unit = f"c={self.load:g}" if self.profile == "concurrency" else f"{self.load:g} req/s offered"
+        return unit + ("+" if self.reason == "max_reached" else "")
+
+
+def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", "tuned"] = "defaults",
+                  command: str | None = None, label: str = "defaults") -> CapacityCell | None:
+    """A stored CapacityResult (JSON) as a cell; None when there is none."""
+    if not result:
+        return None
+    settings = result.get("settings") or {}
+    cap = result.get("capacity") or {}
+    bound = result.get("bound") or {}
+    search = result.get("search") or {}
+    server = result.get("server") or {}
+    from ..serve.config import args_of
+
+    cell = CapacityCell(
+        config=config, slo=result.get("slo") or "", profile=settings.get("profile", "concurrency"),
+        load=cap.get("load"), reason=search.get("reason"), req_s=cap.get("req_s"), output_tok_s=cap.get("output_tok_s"),
+        goodput_req_s=cap.get("goodput_req_s"), tolerance=float(settings.get("tolerance") or 0.10),
+        points=int(result.get("points_spent") or len(result.get("points") or [])),
+        bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"),
+        serve_args=args_of(server.get("serve_config")), label=label,
+        command=command or (shlex.join(["vllm", "serve", result["model_dir"], *args_of(server.get("serve_config"))])
+                            if result.get("model_dir") else None))
+    if cell.load is None:
+        points = result.get("points") or []
+        if points:
+            violations = points[0].get("slo_violations") or []
+            where = f"c={points[0].get('concurrency')}" if points[0].get("profile") == "concurrency" \
+                else f"{points[0].get('rate')} req/s"
+            cell.blocker = f"at {where}: " + ("; ".join(violations) or "the SLO failed")
+        elif result.get("error"):
+            cell.blocker = result["error"]
+    return cell
+
+
+def tuned_cell(tune: dict[str, Any] | None, slo: str | None, profile: str = "concurrency",
+               tolerance: float = 0.10) -> CapacityCell | None:
+    """The best trial of a stored TuneResult as a cell."""
+    if not tune or not tune.get("best"):
+        return None
+    best = tune["best"]
+    cap = best.get("capacity") or {}
+    bound = best.get("bound") or {}
+    settings = tune.get("capacity") or {}
+    flags = (best.get("command") or "").split()[3:]
+    return CapacityCell(
+        config="tuned", slo=tune.get("slo") or slo or "", profile=settings.get("profile", profile),
+        load=cap.get("load") if cap else best.get("capacity_load"), reason="bracketed", req_s=cap.get("req_s"),
+        output_tok_s=cap.get("output_tok_s"), goodput_req_s=best.get("value"),
+        tolerance=float(settings.get("tolerance") or tolerance), points=int(best.get("points") or 0),
+        bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"), serve_args=flags,
+        command=best.get("command"), label=best.get("label") or "tuned", trials=len(tune.get("trials") or []),
+        servers=tune.get("server_starts"))
+
+
+class Candidate(BaseModel):
+    variant: str
+    method: str
+    cell: CapacityCell
+    recovery: float | None = None
+    recovery_stderr: float | None = None
+    gate: str | None = None
+    gate_detail: list[str] = Field(default_factory=list)
+    size_bytes: int | None = None
+    eligible: bool = False
+    why_not: str | None = None
+
+
+class Decision(BaseModel):
+    status: Literal["recommended", "none_meets_slo", "none_passes_gates", "no_capacity"]
+    slo: str | None = None
+    summary: str
+    recommended: Candidate | None = None
+    ratio_vs_baseline: float | None = None  # goodput at capacity / the baseline's on vLLM defaults
+    baseline: CapacityCell | None = None
+    closest: Candidate | None = None  # when nothing is recommended: the nearest, and what blocks it
+    blocker: str | None = None
+    candidates: list[Candidate] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+
+
+def _tie_key(c: Candidate) -> tuple:
+    return (-(c.recovery if c.recovery is not None else -1.0), c.cell.config != "defaults", len(c.cell.serve_args),
+            c.size_bytes or 0, c.variant)
+
+
+def decide(rows: list[Any]) -> Decision:
+    """The decision over report rows (report.build.Row: name, method, gate, recovery, capacity, ...)."""
+    candidates: list[Candidate] = []
+    evaluated = any(r.gate is not None for r in rows)
+    notes: list[str] = []
+    baseline_cell = None
+    for r in rows:
+        if r.status == "failed":
+            continue
+        for cell in (r.capacity, r.capacity_tuned):
+            if cell is None:
+                continue
+            c = Candidate(variant=r.name, method=r.method, cell=cell, recovery=r.recovery,
+                          recovery_stderr=r.recovery_stderr, gate=r.gate, gate_detail=r.gate_detail,
+                          size_bytes=r.size_bytes)
+            if r.baseline and cell.config == "defaults":
+                baseline_cell = cell
+            if cell.load is None:
+                c.why_not = f"does not meet the SLO ({cell.blocker or 'even at the lowest load'})"
+            elif not evaluated or r.gate in ELIGIBLE_GATES:
+                c.eligible = True
+            else:
+                failed = [d.removesuffix(" (failed)") for d in r.gate_detail if d.endswith("(failed)")]
+                c.why_not = f"accuracy gate {r.gate or 'not evaluated'}" + (f": {'; '.join(failed)}" if failed else "")
+            candidates.append(c)
+    slo = next((c.cell.slo for c in candidates if c.cell.slo), None)
+    if not candidates:
+        return Decision(status="no_capacity", slo=slo, summary="no capacity under an SLO was measured (set slo: in the "
+                        "run recipe, or run `quantkit bench DIR --slo ... --capacity`)")
+    if not evaluated:
+        notes.append("no variant was evaluated for accuracy: the recommendation weighs capacity alone")
+    elif any(c.gate == "no gates" for c in candidates if c.eligible):
+        notes.append("no accuracy gate is set: every evaluated variant counts as passing")
+    slos = {c.cell.slo for c in candidates}
+    if len(slos) > 1:
+        notes.append(f"capacities were measured under different SLOs ({'; '.join(sorted(slos))}): not comparable")
+    eligible = [c for c in candidates if c.eligible]
+    meeting = [c for c in candidates if c.cell.load is not None]
+    base_goodput = baseline_cell.goodput if baseline_cell is not None else 0.0
+    if eligible:
+        top = max(c.cell.goodput for c in eligible)
+        band = [c for c in eligible if c.cell.goodput >= top / (1 + max(c.cell.tolerance for c in eligible))]
+        best = min(band, key=_tie_key)
+        ratio = best.cell.goodput / base_goodput if base_goodput > 0 else None
+        versus = (f"{ratio:.2f} x bf16 on vLLM defaults" if ratio is not None else
+                  "bf16 on vLLM defaults has no capacity under this SLO" if baseline_cell is not None else
+                  "no bf16 baseline measured under this SLO")
+        flags = (f"vLLM's defaults ({' '.join(best.cell.serve_args)})" if best.cell.config == "defaults"
+                 and best.cell.serve_args else " ".join(best.cell.serve_args) or "vLLM's defaults")
+        rec = "" if best.recovery is None else f", recovery {best.recovery:.3f}" + (
+            f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "")
+        summary = (f"deploy {best.variant} ({best.method}) {'on' if flags.startswith('vLLM') else 'with'} {flags}: {best.cell.goodput:.2f} requests/s "
+                   f"within {best.cell.slo} at {best.cell.load_text()}, {versus}{rec}"
+                   + (f"; bound: {best.cell.bound}" if best.cell.bound else ""))
+        if len(band) > 1:
+            notes.append(f"{len(band)} configurations are within the search tolerance of the highest goodput: "
+                         "the higher recovery, then fewer flags, decided")
+        return Decision(status="recommended", slo=best.cell.slo, summary=summary, recommended=best, ratio_vs_baseline=ratio,
+                        baseline=baseline_cell, candidates=candidates, notes=notes)
+    if meeting:  # the SLO is met, but not by a variant that passes the gates
+        closest = max(meeting, key=lambda c: (c.recovery or 0, c.cell.goodput))
+        return Decision(status="none_passes_gates", slo=slo, closest=closest, blocker=closest.why_not,
+                        baseline=baseline_cell, candidates=candidates, notes=notes,
+                        summary=(f"no variant that meets the SLO passes the accuracy gates; the closest is "
+                                 f"{closest.variant} ({closest.cell.label}): {closest.why_not}"))
+    closest = min(candidates, key=lambda c: _lowest_margin(c.cell))
+    blocker = closest.cell.blocker or "the SLO fails at the lowest load"
+    if closest.cell.bound:
+        blocker += f"; bound: {closest.cell.bound} ({closest.cell.knob})"
+    return Decision(status="none_meets_slo", slo=slo, closest=closest, blocker=blocker, baseline=baseline_cell,
+                    candidates=candidates, notes=notes,
+                    summary=f"nothing meets the SLO {slo}; the closest is {closest.variant} ({closest.cell.label}): {blocker}")
+
+
+def _lowest_margin(cell: CapacityCell) -> float:
+    """How far the lowest load is from the SLO, read from its blocker (`tpot_p95 0.21s > 0.1s`)."""
+    import re
+
+    worst = 0.0
+    for value, limit in re.findall(r"([0-9.]+)s > ([0-9.]+)s", cell.blocker or ""):
+        try:
+            worst = max(worst, float(value) / float(limit))
+        except (ValueError, ZeroDivisionError):
+            pass
+    return worst or float("inf")

