@@ -50,19 +50,36 @@ def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: 
         "--num-warmups", "2", "--disable-tqdm",
         "--save-result", "--result-dir", str(out_dir), "--result-filename", name,
     ]
+    import psutil
+
     proc = subprocess.Popen(cmd, env=serve_env({"PYTHONUNBUFFERED": "1"}), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     output, other = [], None
+    cpu = {}  # the client's own CPU through its main run (not its seconds of imports before it)
+
+    def cpu_now() -> float | None:
+        try:
+            times = psutil.Process(proc.pid).cpu_times()
+            return times.user + times.system
+        except psutil.Error:
+            return None
+
     for line in proc.stdout:
         output.append(line)
-        if alongside is not None and other is None and line.startswith("Starting main benchmark run"):
-            other = alongside()
+        if line.startswith("Starting main benchmark run"):
+            cpu["start"] = cpu_now()
+            if alongside is not None and other is None:
+                other = alongside()
+        elif "Serving Benchmark Result" in line:
+            cpu["end"] = cpu_now()
     proc.wait()
     if proc.returncode != 0:
         sys.exit("vllm bench serve failed:\n" + "".join(output)[-4000:])
     data = json.loads((out_dir / name).read_text())
     result = {"output_tok_s": data["output_throughput"], "tpot_ms": data["median_tpot_ms"],
               "ttft_ms": data["median_ttft_ms"], "itl_ms": data["median_itl_ms"], "completed": data["completed"]}
+    if cpu.get("start") is not None and cpu.get("end") is not None and data.get("total_output_tokens"):
+        result["client_cpu_us_per_token"] = (cpu["end"] - cpu["start"]) * 1e6 / data["total_output_tokens"]
     return result if alongside is None else (result, other)
 
 
@@ -113,6 +130,7 @@ def main() -> None:
                         help="run both tools at the same time (each at --concurrency) instead of one after the "
                              "other: on a busy shared CPU both then see the same server state")
     parser.add_argument("--compiled", action="store_true", help="torch.compile (slower start) instead of --enforce-eager")
+    parser.add_argument("--json", help="also write every run's figures to this JSON file")
     args = parser.parse_args()
     model_dir = Path(args.model_dir).absolute() if args.model_dir else models.resolve("smollm2-135m").path
     loads = [int(x) for x in args.concurrency.split(",") if x.strip()]
@@ -151,7 +169,7 @@ def main() -> None:
                                                       if args.simultaneous else "runs alternated A B B A")
           + f"; load average {load_start:.1f} -> {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
     print(f"{'C':>4} {'reqs':>5} {'tool':17} {'output tok/s':>13} {'TPOT p50 ms':>12} {'TTFT p50 ms':>12} "
-          f"{'ITL p50 ms':>11}  notes")
+          f"{'ITL p50 ms':>11} {'us CPU/token':>12}  notes")
     all_ok = True
     for c, n, rows in table:
         med = {tool: {k: statistics.median(r[k] for r in runs) for k in KEYS} for tool, runs in rows.items()}
@@ -160,8 +178,10 @@ def main() -> None:
             if tool == "quantkit bench":
                 limited = [r["client_limited"] for r in rows[tool] if r.get("client_limited")]
                 note = f"client-limited: {limited[0]}" if limited else ""
+            cpus = [r["client_cpu_us_per_token"] for r in rows[tool] if r.get("client_cpu_us_per_token")]
+            cpu = f"{statistics.median(cpus):12.1f}" if cpus else f"{'-':>12}"
             print(f"{c:>4} {n:>5} {tool:17} {m['output_tok_s']:13.2f} {m['tpot_ms']:12.2f} {m['ttft_ms']:12.2f} "
-                  f"{m['itl_ms']:11.2f}  {note}")
+                  f"{m['itl_ms']:11.2f} {cpu}  {note}")
         # Ratios per interleaved pair (the two runs of a pair saw about the same load from the rest
         # of the machine), then their median: sturdier than a ratio of medians on a busy CPU.
         pairs = [{k: q[k] / v[k] for k in KEYS if v[k]} for v, q in zip(rows["vllm bench serve"], rows["quantkit bench"])]
@@ -172,6 +192,12 @@ def main() -> None:
               f"{ratios['ttft_ms']:12.3f} {ratios.get('itl_ms', float('nan')):11.3f}  "
               + ("within 0.90-1.10" if ok else "OUTSIDE 0.90-1.10"))
     print("agreement within 0.90-1.10 (tok/s, TPOT, TTFT) at every concurrency: " + ("yes" if all_ok else "NO"))
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": model_dir.name, "vllm": info.vllm_version,
+                                               "input_len": args.input_len, "output_len": args.output_len,
+                                               "compiled": args.compiled, "points": [
+                                                   {"concurrency": c, "num_prompts": n, "runs": rows}
+                                                   for c, n, rows in table]}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Issue 19 on one H200: the load generator against `vllm bench serve` up to c=1024, then the
+# decision at 8B (capacity under an interactive SLO on vLLM's defaults, bf16 vs fp8 vs int8), in
+# steps that fit the device tool's calls. Run from the repository root on the GPU machine.
+#
+# Carrying (64 MiB per call; ../shared/gpu/bundle.sh vllm and quant make .gpu/vllm/pN, .gpu/quant/p0;
+# .gpu/extra = data/ (c4 ... wikitext2 from ../shared/data) + wheels/ (optuna, alembic, SQLAlchemy,
+# greenlet, Mako, colorlog, orjson, tenacity for Python 3.12); .gpu/tok = SmolLM2's tokenizer files):
+#   call 1, carry .gpu/quant/p0 .gpu/extra .gpu/tok:
+#     bash benchmarks/gpu/h200_validate.sh stash .gpu/quant/p0 .gpu/extra .gpu/tok \
+#       && bash benchmarks/gpu/h200_validate.sh random && bash benchmarks/gpu/h200_decision.sh start EPOCH
+#   calls 2-5, carry .gpu/vllm/pN:   bash benchmarks/gpu/h200_validate.sh stash .gpu/vllm/pN
+#   then:                            bash benchmarks/gpu/h200_decision.sh wait SECONDS   (results to $OUT)
+# The machine goes back 30 s after a call ends: keep the calls back to back.
+#
+# What runs (background, while the machine is held), each step skipped when it could not finish
+# before the deadline EPOCH:
+#   A. fp8 and int8 conversions of the random 8B model (recipes/llama8b-convert-8bit.yaml), while
+#      the vLLM chunks are still arriving
+#   B. benchmarks/bench_agreement.py on the bf16 model: quantkit's load generator and `vllm bench
+#      serve` alternated (A B B A) at c = 1, 64, 256, 512, 1024, 512 in / 256 out, with each
+#      client's CPU per streamed token and quantkit's client_limited flag
+#   C. `quantkit run recipes/llama8b-decision.yaml --only V` for V = baseline, fp8, int8: capacity
+#      under TTFT p95 <= 1 s, TPOT p95 <= 50 ms on vLLM's defaults; then `quantkit compare`
+set -uo pipefail
+Q=/tmp/qk
+mkdir -p $Q/logs $Q/res
+export QUANTKIT_HOME=/tmp/qkhome QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export QUANTKIT_VLLM=$Q/vllm-python
+W8=/tmp/w8b/llama8b-random
+R=benchmarks/gpu/recipes
+QK_SITE=$Q/site-qk
+QK_ENV=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE)
+QK=("${QK_ENV[@]}" python3 -P -m quantkit)
+AGREE_C=${AGREE_C-1,64,256,512,1024}
+VARIANTS=${VARIANTS-baseline fp8 int8}
+
+log() { echo "$(date +%T) $*"; }
+left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
+
+step() {  # NAME MIN_SECONDS CMD...: run CMD (capped at the time left) if at least MIN_SECONDS remain
+  local name=$1 need=$2; shift 2
+  [ "$(left)" -gt "$need" ] || { log "$name: skipped, $(left) s left"; return; }
+  log "$name: start"
+  timeout -s INT $(( $(left) - 20 )) "$@" > $Q/logs/$name.log 2>&1
+  log "$name: rc=$? $(grep -E '^error:|recommended|capacity|agreement' $Q/logs/$name.log | tail -n 2 | cut -c1-240)"
+}
+
+cmd=${1:-}; shift || true
+case $cmd in
+start)
+  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
+    && cp -r evals $QK_SITE/quantkit/eval_tasks
+  echo "$1" > $Q/deadline
+  setsid nohup env AGREE_C="$AGREE_C" VARIANTS="$VARIANTS" bash benchmarks/gpu/h200_decision.sh orchestrate \
+    > $Q/logs/orchestrate.log 2>&1 < /dev/null &
+  echo "started; $(left) s to the deadline"
+  ;;
+orchestrate)
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt
+  until [ -f $W8/config.json ] && [ -f /tmp/quant-env.sh ] && [ -d $Q/data ]; do sleep 3; done
+  log "random model, quant stack and data ready"
+  step convert 240 "${QK[@]}" run $R/llama8b-convert-8bit.yaml --report-dir $Q/res/report-convert
+  until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
+  log "vllm ready"
+  [ -n "$AGREE_C" ] && step agree 420 "${QK_ENV[@]}" python3 -P benchmarks/bench_agreement.py $W8 --compiled \
+    --concurrency "$AGREE_C" --input-len 512 --output-len 256 --repeats 2 --json $Q/res/agree-8b.json
+  for v in $VARIANTS; do
+    step "decision-$v" 240 "${QK[@]}" run $R/llama8b-decision.yaml --only $v --report-dir $Q/res/report-decision
+  done
+  "${QK[@]}" compare --model llama8b-random -o $Q/res/report-decision --json > $Q/res/compare.json 2> $Q/logs/compare.err
+  log "all done"
+  touch $Q/all.done
+  ;;
+wait)
+  end=$(( $(date +%s) + ${1:-60} ))
+  while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
+  echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
+  for f in random orchestrate; do [ -f $Q/logs/$f.log ] && { echo "[$f]"; tail -n 8 $Q/logs/$f.log; }; done
+  for f in $Q/logs/agree.log $Q/logs/decision-*.log; do [ -f "$f" ] && { echo "[$(basename $f)]"; grep -v "^\s*$" "$f" | tail -n 4 | cut -c1-300; }; done
+  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
+  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+  [ -f $QUANTKIT_HOME/results.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
+    $QUANTKIT_HOME/results.db "$OUT/results.db"
+  (cd / && find tmp/qk/res tmp/qk/logs tmp/qkhome/logs tmp/qkmodels -maxdepth 4 -type f \
+     \( -name '*.json' -o -name '*.log' -o -name '*.err' -o -name '*.txt' -o -name '*.md' -o -name '*.html' -o -name '*.png' -o -name '*.yaml' \) \
+     ! -name 'model.safetensors.index.json' ! -name 'tokenizer*' ! -name 'vocab.json' -size -8M \
+     | tar -czf "$OUT/results.tgz" -T -)
+  ls -la "$OUT"
+  ;;
+*) echo "usage: h200_decision.sh start EPOCH | wait SECONDS" >&2; exit 2 ;;
+esac
