@@ -45,10 +45,13 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
             raise UsageError(f"--only {unknown[0]}: not a variant of {recipe_path}; {did_you_mean(unknown[0], names)}")
     chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
     model = models.resolve(plan.model)
-    check_model(model)
+    # a recipe that only converts needs no vLLM environment (a GPU session converts while vLLM is
+    # still being carried there); measurement keys name the vLLM release that served them
+    serves = plan.bench is not None or plan.eval is not None or plan.slo is not None
+    check_model(model, serves)
     from ..serve.env import installed_vllm_version
 
-    ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version(),
+    ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version() if serves else "none",
                      common={"hardware": machine.fingerprint(), "quantkit": __version__})
     lanes = ([Lane("baseline", None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
     if only:

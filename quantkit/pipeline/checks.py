@@ -17,11 +17,12 @@ from ..models import ResolvedModel
 from ..recipe import RunRecipe
 
 
-def check_model(model: ResolvedModel) -> None:
-    """The model's checkpoint is complete and its architecture is one the vLLM environment serves."""
+def check_model(model: ResolvedModel, serves: bool = True) -> None:
+    """The model's checkpoint is complete and (when the run serves it) its architecture is one
+    the vLLM environment serves."""
     from ..serve.env import supported_architectures
 
-    checkpoint.validate(model.path, supported_architectures())
+    checkpoint.validate(model.path, supported_architectures() if serves else None)
 
 
 def check_plan(plan: RunRecipe, source: str) -> None:
@@ -50,6 +51,8 @@ def check_plan(plan: RunRecipe, source: str) -> None:
         for problem in load_limits(max(plan.bench.concurrency or [0])):
             warn(f"{source}: {problem}")
     for entry in plan.methods:
+        if entry.checkpoint is not None:  # measured as it is: nothing to calibrate
+            continue
         recipe = entry.quant_recipe()
         if recipe.needs_calibration and recipe.calibration is not None:
             _check_calibration(recipe.calibration.dataset, f"{source}: method {entry.label()}")

@@ -31,6 +31,9 @@ def test_slo_as_a_mapping_and_a_checkpoint_variant(tmp_path):
                                     "methods:\n  - name: awq-hub\n    checkpoint: org/Model-AWQ\n"))
     assert plan.slo == "ttft_p95=1,tpot_p95=0.05,attainment=0.9"
     assert plan.methods[0].label() == "awq-hub" and plan.methods[0].method is None
+    from quantkit.pipeline.checks import check_plan
+
+    check_plan(plan, "r.yaml")  # a checkpoint: variant has no method, so no calibration to check
 
 
 @pytest.mark.parametrize("body,message", [
