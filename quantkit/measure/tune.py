@@ -445,7 +445,7 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
     """The standalone command: the study of this checkpoint, continued from the store."""
     from .. import __version__, checkpoint, machine
     from ..files import atomic_write_json
-    from ..serve.server import installed_vllm_version
+    from ..serve.env import installed_vllm_version
     from ..store import Store, run_key
     from ..store.imports import default_names
     from .bench import results_dir, stamp
