@@ -9,7 +9,7 @@ import typer
 from rich.table import Table
 
 from ..console import emit, run_command, stdout
-from ..errors import UsageError
+from ..errors import QuantkitError, UsageError
 from . import app
 from .options import Json, Quiet, ServingOptions, mode, serving_options
 
@@ -90,9 +90,15 @@ def eval_command(
         else:
             report = gates_mod.compare_to_baseline(run, base, gates, raise_on_fail=False)
         result["recovery"] = report
-        if not report.passed:  # the report first, then the one line and exit 3 (failed) or 4 (inconclusive)
-            emit(_jsonable(result), out_mode, _print_result)
-            gates_mod.raise_for_verdict(report)
+        if not report.passed:  # the report, then the one line and exit 3 (failed) or 4 (inconclusive)
+            try:
+                gates_mod.raise_for_verdict(report)
+            except QuantkitError as exc:  # --json: one object, the report under "result"
+                if out_mode.json:
+                    exc.result = _jsonable(result)
+                else:
+                    emit(_jsonable(result), out_mode, _print_result)
+                raise
         return result
 
     run_command(lambda: _jsonable(body()), out_mode, _print_result)

@@ -127,7 +127,9 @@ def test_recovery_against_a_baseline_run_and_gate_exit_code(loglikelihood_run, s
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 3, result.output[-3000:]
     assert "gate failed: average recovery 1.0000 [1.0000, 1.0000] < 1.01 (short by 0.0100)" in result.stderr
-    report = json.loads(result.stdout)["recovery"]
+    payload = json.loads(result.stdout)  # one object: the error, and the report that failed
+    assert payload["exit_code"] == 3 and payload["error"].startswith("gate failed")
+    report = payload["result"]["recovery"]
     assert report["baseline_file"] == baseline and report["passed"] is False and report["verdict"] == "fail"
     (row,) = report["tasks"]
     assert row["recovery"] == pytest.approx(1.0) and row["method"] == "paired delta" and row["n_items"] == LL_LIMIT
