@@ -248,8 +248,20 @@ class RayExecutor:
         from .ray_lane import node_facts
 
         probe = ray.remote(num_cpus=0, max_calls=1)(node_facts)
-        facts = ray.get([probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
-                         for n in nodes], timeout=600)
+        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
+                for n in nodes]
+        facts = []
+        for node, ref in zip(nodes, refs):
+            try:
+                facts.append(ray.get(ref, timeout=600))
+            except (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError,
+                    ray.exceptions.WorkerCrashedError) as exc:
+                # Ray lists a lost node as alive until its heartbeats time out (~30 s): a re-run
+                # right after a loss must not fail on it; its lanes go to the nodes that answer
+                warn(f"Ray: node {node.get('NodeManagerAddress', '?')} ({node['NodeID'][:8]}) did not answer "
+                     f"({type(exc).__name__}); no lane is placed there")
+        if not facts:
+            raise SetupError("no node of the Ray cluster that can hold a lane answered; check `ray status`")
         for what in ("quantkit", "vllm", "hardware"):
             values = {json.dumps(f[what], sort_keys=True): f["node"]["name"] for f in facts}
             if len(values) > 1 or (what == "quantkit" and facts[0]["quantkit"] != __version__):
