@@ -62,7 +62,8 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     serve_config = serve_config or {}
     if point.get("client_limited"):
         return Bound(kind="client", load=load, knob=KNOBS["client"],
-                     evidence="quantkit's load generator limited this point")
+                     evidence="quantkit's load generator limited this point"
+                              + (f" ({point['client_limited_reason']})" if point.get("client_limited_reason") else ""))
     sm = point.get("server_metrics")
     if not isinstance(sm, dict) or not sm.get("samples"):
         return Bound(kind="unknown", load=load, knob=KNOBS["unknown"], evidence="no /metrics readings")

@@ -123,20 +123,36 @@ def test_quantized_checkpoint_serves_and_tears_down(smollm2_dir, tmp_path):
     assert run.server.pid and group_gone(run.server.pid)
 
 
-def test_bad_model_dir_is_one_line_with_vllms_reason(smollm2_dir, tmp_path):
-    bad = tmp_path / "bad-model"
-    bad.mkdir()
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        (bad / name).write_bytes((smollm2_dir / name).read_bytes())
+def _copy_with_config(smollm2_dir: Path, folder: Path, **changes) -> Path:
+    """The demo checkpoint (weights linked, not copied) with some config keys changed."""
+    folder.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "model.safetensors"):
+        (folder / name).symlink_to(smollm2_dir / name)
     config = json.loads((smollm2_dir / "config.json").read_text())
-    config["architectures"] = ["NoSuchForCausalLM"]
-    (bad / "config.json").write_text(json.dumps(config))
+    (folder / "config.json").write_text(json.dumps({**config, **changes}))
+    return folder
+
+
+def test_unknown_architecture_is_refused_before_vllm_starts(smollm2_dir, tmp_path):
+    bad = _copy_with_config(smollm2_dir, tmp_path / "bad-arch", architectures=["NoSuchForCausalLM"])
+    started = time.monotonic()
     out = subprocess.run([*QUANTKIT, "bench", str(bad), "-c", "1", "--enforce-eager", "--results-dir", str(tmp_path)],
                          capture_output=True, text=True, timeout=300)
-    assert out.returncode == 1
+    assert out.returncode == 2, out.stderr  # bad input, caught by reading the config
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "NoSuchForCausalLM" in errors[0] and "not supported" in errors[0], out.stderr
+    assert "starting vLLM" not in out.stderr and time.monotonic() - started < 60
+
+
+def test_a_config_vllm_rejects_is_one_line_with_vllms_reason(smollm2_dir, tmp_path):
+    """A fault only vLLM finds (here an unknown RoPE type) fails the start with vLLM's own words."""
+    bad = _copy_with_config(smollm2_dir, tmp_path / "bad-rope", rope_scaling={"rope_type": "nosuchrope", "factor": 2.0})
+    out = subprocess.run([*QUANTKIT, "bench", str(bad), "-c", "1", "--enforce-eager", "--results-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stderr
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1, out.stderr
-    assert "NoSuchForCausalLM" in errors[0] and "not supported" in errors[0]
+    assert "vLLM could not serve bad-rope" in errors[0] and "Unknown RoPE scaling type nosuchrope" in errors[0]
     assert "Traceback" not in out.stderr
 
 

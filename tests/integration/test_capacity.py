@@ -74,7 +74,14 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
     settings = CapacitySettings(**{**SETTINGS, "max": 8}, early_stop=False)
     loose = parse_slo("ttft_p95=600,tpot_p95=60")  # met everywhere: the search climbs to the top
     result = run_capacity(server, smollm2_dir, loose, settings, out_dir=tmp_path)
-    assert result.search.reason == "max_reached" and result.capacity.load == 8
+    top = next(p for p in result.points if p.concurrency == 8)
+    # on 2 cores the CPU server can starve the client: then the top point is measured but marked,
+    # and the search stops short of it rather than trusting it
+    client_starved = result.search.reason == "untrusted"
+    if client_starved:
+        assert top.client_limited and top.client_limited_reason and result.capacity.load < 8
+    else:
+        assert result.search.reason == "max_reached" and result.capacity.load == 8
     by_load = {p.concurrency: p.server_metrics for p in result.points}
     for load, sm in by_load.items():
         assert sm and sm["samples"] >= 2 and not {"running", "waiting", "kv_usage"} & set(sm["missing"])
@@ -85,9 +92,11 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
     assert high["waiting"]["max"] >= 1  # 8 streams on 4 slots queue
     from quantkit.measure.bounds import classify
 
-    top = next(p for p in result.points if p.concurrency == 8)
     bound = classify(top.model_dump(mode="json"), server.info.serve_config)
-    assert bound.kind == "batch_slots" and f"--max-num-seqs {SLOTS}" in bound.evidence
+    if client_starved:  # a figure the client limited is not blamed on the server
+        assert bound.kind == "client", bound
+    else:
+        assert bound.kind == "batch_slots" and f"--max-num-seqs {SLOTS}" in bound.evidence
 
 
 def test_cli_capacity_against_url_is_stored(server, smollm2_dir, tmp_path, quantkit_home):
