@@ -35,7 +35,7 @@ QK_SITE=$Q/site-qk
 QK_ENV=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE)
 QK=("${QK_ENV[@]}" python3 -P -m quantkit)
 AGREE_C=${AGREE_C-1,64,256,512,1024}
-VARIANTS=${VARIANTS-baseline fp8 int8}
+STEPS=${STEPS-baseline fp8 agree int8}  # in this order, each skipped when the deadline is near
 
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
@@ -54,7 +54,7 @@ start)
   rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
     && cp -r evals $QK_SITE/quantkit/eval_tasks
   echo "$1" > $Q/deadline
-  setsid nohup env AGREE_C="$AGREE_C" VARIANTS="$VARIANTS" bash benchmarks/gpu/h200_decision.sh orchestrate \
+  setsid nohup env AGREE_C="$AGREE_C" STEPS="$STEPS" bash benchmarks/gpu/h200_decision.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
@@ -65,10 +65,13 @@ orchestrate)
   step convert 240 "${QK[@]}" run $R/llama8b-convert-8bit.yaml --report-dir $Q/res/report-convert
   until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
   log "vllm ready"
-  [ -n "$AGREE_C" ] && step agree 420 "${QK_ENV[@]}" python3 -P benchmarks/bench_agreement.py $W8 --compiled \
-    --concurrency "$AGREE_C" --input-len 512 --output-len 256 --repeats 2 --json $Q/res/agree-8b.json
-  for v in $VARIANTS; do
-    step "decision-$v" 240 "${QK[@]}" run $R/llama8b-decision.yaml --only $v --report-dir $Q/res/report-decision
+  for v in $STEPS; do  # "agree" is the client agreement, any other word a variant of the decision
+    if [ "$v" = agree ]; then
+      [ -n "$AGREE_C" ] && step agree 300 "${QK_ENV[@]}" python3 -P benchmarks/bench_agreement.py $W8 --compiled \
+        --concurrency "$AGREE_C" --input-len 512 --output-len 256 --repeats 2 --json $Q/res/agree-8b.json
+    else
+      step "decision-$v" 240 "${QK[@]}" run $R/llama8b-decision.yaml --only $v --report-dir $Q/res/report-decision
+    fi
   done
   "${QK[@]}" compare --model llama8b-random -o $Q/res/report-decision --json > $Q/res/compare.json 2> $Q/logs/compare.err
   log "all done"
