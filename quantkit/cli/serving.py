@@ -11,12 +11,12 @@ from rich.table import Table
 
 from ..console import run_command, stderr, stdout
 from . import app
-from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, positive_list, serving_options
+from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, model_folder, positive_list, serving_options
 
 @app.command()
 @serving_options
 def serve(
-    model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder (or the built-in smollm2-135m)."),
     port: Port = None,
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on."),
     startup_timeout: StartupTimeout = 600.0,
@@ -27,6 +27,8 @@ def serve(
     from ..serve.server import VLLMServer, serve_forever
 
     def body():
+        nonlocal model_dir
+        model_dir = model_folder(model_dir)
         server = VLLMServer(model_dir, serve.config(), port=port, host=host, startup_timeout=startup_timeout)
         return serve_forever(server, on_ready=lambda s: _print_ready(s, json))
 
@@ -51,7 +53,7 @@ def _print_ready(server, as_json: bool) -> None:
 @app.command()
 @serving_options
 def bench(
-    model_dir: Path = typer.Argument(..., help="Checkpoint folder (its tokenizer builds the prompts; results go beside it)."),
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder or smollm2-135m (its tokenizer builds the prompts; results go beside it)."),
     concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c", help="Comma-separated concurrencies (default 1,4,16)."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Comma-separated Poisson request rates (req/s)."),
     sweep: bool = typer.Option(False, "--sweep", help="Find the knee: the concurrency past which throughput stops paying."),
@@ -84,6 +86,8 @@ def bench(
     from ..measure.slo import parse_slo
 
     def body():
+        nonlocal model_dir
+        model_dir = model_folder(model_dir)
         if api not in ("completions", "chat"):
             raise UsageError(f"--api must be completions or chat, not '{api}'")
         if capacity:
@@ -219,7 +223,7 @@ def _print_run(run) -> None:
 @app.command()
 @serving_options
 def tune(
-    model_dir: Path = typer.Argument(..., help="Checkpoint folder."),
+    model_dir: Path = typer.Argument(..., help="Checkpoint folder (or the built-in smollm2-135m)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="The SLO whose capacity is maximized, e.g. ttft_p95=1,tpot_p95=0.1[,attainment=0.9]."),
     budget: int = typer.Option(6, "--budget", help="vLLM servers to start in all (trials), the base configuration included; a second call continues the study."),
     space: Optional[list[str]] = typer.Option(None, "--space", help="Choices of one knob, NAME=V1,V2 (default = vLLM's default), e.g. max-num-seqs=16,64,default; NAME= drops it; repeatable."),
@@ -246,6 +250,8 @@ def tune(
     from ..measure.tune import TuneSettings, parse_space, tune as do_tune
 
     def body():
+        nonlocal model_dir
+        model_dir = model_folder(model_dir)
         if sampler not in ("tpe", "random", "grid"):
             raise UsageError(f"--sampler must be tpe, random or grid, not '{sampler}'")
         try:

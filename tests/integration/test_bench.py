@@ -79,14 +79,15 @@ def test_points_are_sane_and_token_counts_exact(server, smollm2_dir):
 
 
 def test_cli_bench_against_url_writes_json(server, smollm2_dir, tmp_path):
+    # the built-in alias names the same folder that the server serves
     out = subprocess.run(
-        [*QUANTKIT, "bench", str(smollm2_dir), "--url", server.api_url, "-c", "2", "-n", "4",
+        [*QUANTKIT, "bench", "smollm2-135m", "--url", server.api_url, "-c", "2", "-n", "4",
          "--input-len", "32", "--output-len", "8", "--warmup", "1", "--results-dir", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=300,
     )
     assert out.returncode == 0, out.stderr
     run = json.loads(out.stdout)
-    assert run["complete"] is True and run["server"]["remote"] is True
+    assert run["complete"] is True and run["server"]["remote"] is True and run["model_dir"] == str(smollm2_dir)
     assert [p["concurrency"] for p in run["points"]] == [2]
     assert run["points"][0]["completion_tokens"] == 4 * 8 and run["points"][0]["failures"] == 0
     files = list(tmp_path.glob("bench-*.json"))
