@@ -22,7 +22,6 @@ builds the Variants from the store.
 from __future__ import annotations
 
 import math
-import re
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -33,22 +32,9 @@ from ..evals.gates import GateVerdict, overall_verdict
 from ..serve.config import args_of
 from ..serve.log import QUANT_NOISE
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
+from .figures import lookup_bandwidth, pareto_front
 
 SCHEMA_VERSION = 1
-
-# Peak memory bandwidth in GB/s from the vendors' datasheets. Matched in order against the device
-# name (torch.cuda.get_device_name: "NVIDIA H100 80GB HBM3" is the SXM part, "NVIDIA H100 PCIe").
-BANDWIDTH_GBS: list[tuple[str, float]] = [
-    (r"H200", 4800.0),
-    (r"H100.*PCIe", 2000.0),
-    (r"H100.*NVL", 3900.0),
-    (r"H100", 3350.0),
-    (r"A100.*80\s*GB.*PCIe|A100.*PCIe.*80\s*GB", 1935.0),
-    (r"A100.*80\s*GB", 2039.0),
-    (r"A100", 1555.0),
-    (r"L40S", 864.0),
-]
-
 
 # ----------------------------------------------------------------------------------------------
 # Input
@@ -222,16 +208,6 @@ class Report(BaseModel):
 # Building
 
 
-def lookup_bandwidth(device: str | None) -> float | None:
-    """Peak memory bandwidth (GB/s) of a known GPU by name; None for CPUs and unknown devices."""
-    if not device:
-        return None
-    for pattern, gbs in BANDWIDTH_GBS:
-        if re.search(pattern, device, re.IGNORECASE):
-            return gbs
-    return None
-
-
 def decode_bound(weight_bytes: int | None, bandwidth_gbs: float | None, measured_tok_s: float | None,
                  gpus: int = 1) -> Bound:
     """Max batch-1 tok/s = bandwidth / bytes read per token (all weights, once per step).
@@ -244,20 +220,6 @@ def decode_bound(weight_bytes: int | None, bandwidth_gbs: float | None, measured
         if measured_tok_s is not None:
             bound.ratio = measured_tok_s / bound.max_tok_s
     return bound
-
-
-def pareto_front(points: dict[str, tuple[float, float]]) -> set[str]:
-    """Names not dominated when both coordinates are better higher (throughput, recovery): a point
-    is dominated if another is >= in both and > in at least one."""
-    front = set()
-    for name, (x, y) in points.items():
-        dominated = any(
-            (ox >= x and oy >= y) and (ox > x or oy > y)
-            for other, (ox, oy) in points.items() if other != name
-        )
-        if not dominated:
-            front.add(name)
-    return front
 
 
 def _num(value: Any) -> float | None:
