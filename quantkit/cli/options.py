@@ -87,10 +87,7 @@ class ServingOptions:
         from ..serve.config import ServeConfig
 
         knobs = {k: v for k, v in self.values.items() if k != "serve_arg"}
-        for key, value in defaults.items():
-            if knobs.get(key) is None:
-                knobs[key] = value
-        return ServeConfig.from_options(self.values.get("serve_arg") or [], **knobs)
+        return ServeConfig.from_options(self.values.get("serve_arg") or [], defaults=defaults, **knobs)
 
     def given(self) -> bool:
         """Any flag set away from its default (they do not apply to --url)."""

@@ -79,9 +79,11 @@ class ServeConfig(BaseModel):
         return " ".join(f"{k.replace('_', '-')}={str(v) if v is not None else 'on'}" for k, v in changed.items())
 
     @classmethod
-    def from_options(cls, serve_args: list[str] | None = None, **knobs: Any) -> "ServeConfig":
+    def from_options(cls, serve_args: list[str] | None = None, *, defaults: dict[str, Any] | None = None,
+                     **knobs: Any) -> "ServeConfig":
         """Named knobs (None = unset) plus `k=v` strings; a `k` naming a knob fills that knob, so
-        `--serve-arg max-num-seqs=8` and `--max-num-seqs 8` mean the same."""
+        `--serve-arg max-num-seqs=8` and `--max-num-seqs 8` mean the same. `defaults` fill what
+        neither set (a command's own defaults, such as eval's eager start, are not a repeat)."""
         values = {k: v for k, v in knobs.items() if v is not None}
         extra: dict[str, str | None] = {}
         for item in serve_args or []:
@@ -93,6 +95,8 @@ class ServeConfig(BaseModel):
                 values[field] = parse_bool(value) if field in ("enable_chunked_prefill", "enforce_eager") else value
             else:
                 extra[key] = value
+        for key, value in (defaults or {}).items():
+            values.setdefault(key, value)
         try:
             return cls(**values, extra=extra)
         except Exception as exc:  # pydantic.ValidationError: first problem, one line

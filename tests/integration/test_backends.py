@@ -165,16 +165,9 @@ def test_checkpoint_format_is_what_its_config_says(backend, converted):
     assert {int(z) & 0xFFFFFFFF for z in zeros.flatten().tolist()} == {0x77777777}
 
 
-def test_served_with_its_quantization_flag_perplexity_near_llmcompressor(backend, converted, reference, request):
+def test_served_with_its_quantization_flag_perplexity_near_llmcompressor(backend, converted, reference):
     method, flag, _ = CASES[backend]
     import math
-
-    if backend == "autoawq":
-        # measured 2026-12-01: 4.467e10 against llm-compressor AWQ's 2.291e9 (ln +2.97) on this cut;
-        # the checkpoint loads, serves and generates; the cause is open (docs/BACKENDS.md). strict:
-        # this turns red the day AutoAWQ's numbers come within the tolerance, so the mark goes then
-        request.applymarker(pytest.mark.xfail(strict=True, reason="AutoAWQ 0.2.9 under transformers 5.24: "
-                                              "perplexity 19x llm-compressor's on the cut, cause open"))
 
     ppl = wikitext_ppl(converted["out"], serve=[f"quantization={flag}", "enforce_eager=true"])
     ref = reference(method)["ppl"]

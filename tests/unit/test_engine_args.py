@@ -187,3 +187,12 @@ def test_a_quantization_flag_that_does_not_fit_the_checkpoint_fails_before_vllm_
     with pytest.raises(UsageError, match="--quantization awq does not fit it: use gptq"):
         server.start()
     assert server.proc is None
+
+
+def test_a_commands_default_is_not_a_repeat():
+    """eval starts eager by default: `--serve-arg enforce_eager=...` overrides it, not repeats it."""
+    eager = {"enforce_eager": True}
+    assert ServeConfig.from_options([], defaults=eager).enforce_eager is True
+    assert ServeConfig.from_options(["enforce_eager=false"], defaults=eager).enforce_eager is False
+    assert ServeConfig.from_options(["enforce_eager=true"], defaults=eager).enforce_eager is True
+    assert ServeConfig.from_options(enforce_eager=False, defaults=eager).enforce_eager is False
