@@ -22,6 +22,12 @@
 #      client's CPU per streamed token and quantkit's client_limited flag
 #   C. `quantkit run recipes/llama8b-decision.yaml --only V` for V = baseline, fp8, int8: capacity
 #      under TTFT p95 <= 1 s, TPOT p95 <= 50 ms on vLLM's defaults; then `quantkit compare`
+# Settings (environment of `start`): STEPS (default "baseline fp8 agree int8": the order, "agree"
+# being B), DECISION (the recipe of C: llama8b-decision, llama8b-decision-tuned, llama8b-long),
+# AGREE_C (B's concurrencies), SEED_STORE (an earlier session's results.db to resume from).
+# What 12-01 left (docs/reports/h200/decision-2026-12-01/README.md), e.g. for the next session:
+#   SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db STEPS="int8" ... start EPOCH
+#   then DECISION=llama8b-decision-tuned STEPS="fp8 baseline", DECISION=llama8b-long STEPS="baseline fp8"
 set -uo pipefail
 Q=/tmp/qk
 mkdir -p $Q/logs $Q/res
@@ -36,6 +42,7 @@ QK_ENV=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE)
 QK=("${QK_ENV[@]}" python3 -P -m quantkit)
 AGREE_C=${AGREE_C-1,64,256,512,1024}
 STEPS=${STEPS-baseline fp8 agree int8}  # in this order, each skipped when the deadline is near
+DECISION=${DECISION-llama8b-decision}   # or llama8b-decision-tuned, llama8b-long (benchmarks/gpu/recipes/)
 
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
@@ -54,7 +61,10 @@ start)
   rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
     && cp -r evals $QK_SITE/quantkit/eval_tasks
   echo "$1" > $Q/deadline
-  setsid nohup env AGREE_C="$AGREE_C" STEPS="$STEPS" bash benchmarks/gpu/h200_decision.sh orchestrate \
+  # SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db: an earlier session's store, so
+  # its finished stages are skipped (checkpoints are re-made: the store marks them missing)
+  if [ -n "${SEED_STORE:-}" ] && [ ! -f $QUANTKIT_HOME/results.db ]; then mkdir -p $QUANTKIT_HOME && cp "$SEED_STORE" $QUANTKIT_HOME/results.db; fi
+  setsid nohup env AGREE_C="$AGREE_C" STEPS="$STEPS" DECISION="$DECISION" bash benchmarks/gpu/h200_decision.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
@@ -70,7 +80,7 @@ orchestrate)
       [ -n "$AGREE_C" ] && step agree 300 "${QK_ENV[@]}" python3 -P benchmarks/bench_agreement.py $W8 --compiled \
         --concurrency "$AGREE_C" --input-len 512 --output-len 256 --repeats 2 --json $Q/res/agree-8b.json
     else
-      step "decision-$v" 240 "${QK[@]}" run $R/llama8b-decision.yaml --only $v --report-dir $Q/res/report-decision
+      step "$DECISION-$v" 240 "${QK[@]}" run $R/$DECISION.yaml --only $v --report-dir $Q/res/report-$DECISION
     fi
   done
   "${QK[@]}" compare --model llama8b-random -o $Q/res/report-decision --json > $Q/res/compare.json 2> $Q/logs/compare.err
@@ -82,7 +92,7 @@ wait)
   while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
   echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
   for f in random orchestrate; do [ -f $Q/logs/$f.log ] && { echo "[$f]"; tail -n 8 $Q/logs/$f.log; }; done
-  for f in $Q/logs/agree.log $Q/logs/decision-*.log; do [ -f "$f" ] && { echo "[$(basename $f)]"; grep -v "^\s*$" "$f" | tail -n 4 | cut -c1-300; }; done
+  for f in $Q/logs/agree.log $Q/logs/llama8b-*.log; do [ -f "$f" ] && { echo "[$(basename $f)]"; grep -v "^\s*$" "$f" | tail -n 4 | cut -c1-300; }; done
   nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
   OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
   [ -f $QUANTKIT_HOME/results.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
