@@ -77,6 +77,14 @@ def resolve(ref: str) -> ResolvedModel:
 # GGUF -> safetensors
 
 
+def local_folder(path: str | Path) -> Path:
+    """A checkpoint folder as given, or the built-in demo model's folder for its alias
+    (`quantkit bench smollm2-135m`), made on first use as `convert` makes it."""
+    if not Path(path).exists() and str(path) in BUILTIN_MODELS:
+        return resolve(str(path)).path
+    return Path(path)
+
+
 def _builtin_checkpoint(alias: str) -> Path:
     package, filename, install = BUILTIN_MODELS[alias]
     target = settings.home() / "models" / alias

@@ -11,7 +11,7 @@ from rich.table import Table
 from ..console import emit, run_command, stdout
 from ..errors import QuantkitError, UsageError
 from . import app
-from .options import Json, Quiet, ServingOptions, mode, model_folder, serving_options
+from .options import Json, Quiet, ServingOptions, mode, serving_options
 
 
 def parse_gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]):
@@ -61,10 +61,6 @@ def eval_command(
 
     def body():
         from ..evals import gates as gates_mod, results, run as runner
-        from ..evals.tasks import resolve
-
-        nonlocal model_dir
-        resolve(tasks, limit, num_fewshot)  # a task typo before anything slower
         gates = parse_gates(min_recovery, min_task_recovery, gate)
         if gates is not None and baseline is None:
             raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
@@ -74,7 +70,6 @@ def eval_command(
         if baseline is not None:
             # Fail before an hour of evaluation, not after it.
             results.find_baseline(baseline)
-        model_dir = model_folder(model_dir)
         if growth is not None:
             from ..evals import grow
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import inspect
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any, Callable, Optional
 
 import typer
@@ -109,13 +108,3 @@ def serving_options(fn: Callable) -> Callable:
     wrapper.__signature__ = sig.replace(parameters=params + knobs)
     wrapper.__annotations__ = {p.name: p.annotation for p in params + knobs}
     return wrapper
-
-
-def model_folder(path: Path) -> Path:
-    """A checkpoint folder as given, or the built-in demo model's folder for its alias
-    (`quantkit bench smollm2-135m`), made on first use as `convert` makes it."""
-    from ..models import BUILTIN_MODELS, resolve
-
-    if not path.exists() and str(path) in BUILTIN_MODELS:
-        return resolve(str(path)).path
-    return path

@@ -10,8 +10,9 @@ from rich import box
 from rich.table import Table
 
 from ..console import run_command, stderr, stdout
+from ..models import local_folder
 from . import app
-from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, model_folder, positive_list, serving_options
+from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, positive_list, serving_options
 
 @app.command()
 @serving_options
@@ -28,7 +29,7 @@ def serve(
 
     def body():
         nonlocal model_dir
-        model_dir = model_folder(model_dir)
+        model_dir = local_folder(model_dir)
         server = VLLMServer(model_dir, serve.config(), port=port, host=host, startup_timeout=startup_timeout)
         return serve_forever(server, on_ready=lambda s: _print_ready(s, json))
 
@@ -87,7 +88,7 @@ def bench(
 
     def body():
         nonlocal model_dir
-        model_dir = model_folder(model_dir)
+        model_dir = local_folder(model_dir)
         if api not in ("completions", "chat"):
             raise UsageError(f"--api must be completions or chat, not '{api}'")
         if capacity:
@@ -251,7 +252,7 @@ def tune(
 
     def body():
         nonlocal model_dir
-        model_dir = model_folder(model_dir)
+        model_dir = local_folder(model_dir)
         if sampler not in ("tpe", "random", "grid"):
             raise UsageError(f"--sampler must be tpe, random or grid, not '{sampler}'")
         try:

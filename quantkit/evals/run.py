@@ -27,6 +27,7 @@ from .. import checkpoint, settings
 from ..console import info, library_output, partial_result, step, warn
 from ..errors import BackendError, UsageError
 from ..machine import package_versions
+from ..models import local_folder
 from ..serve.config import ServeConfig
 from ..serve.server import Server, open_server
 from .results import DataInfo, EvalRun, Metric, TaskResult, item_scores, results_dir
@@ -428,7 +429,8 @@ def evaluate(model_dir: str | Path, tasks: str | list[str], *, url: str | None =
 
     config = serve or ServeConfig(**EVAL_SERVE_DEFAULTS)
     resolve(tasks, options.get("limit"), options.get("num_fewshot"))  # a task typo first: the cheapest check
-    folder = Path(model_dir).expanduser().resolve()
+    model_dir = local_folder(model_dir)  # the demo model's alias: converted on first use, after that check
+    folder = model_dir.expanduser().resolve()
     opening = open_server(folder, url, config)  # --url answers, before the tasks load
     if url is None and folder.is_dir():
         from ..serve.env import supported_architectures
