@@ -42,6 +42,7 @@ from .ray_store import StoreActor
 from .stages import Lane, RunContext, RunSummary, StageOutcome, convert_key, run_lane
 
 CANCEL_GRACE_S = 30.0  # Ctrl-C: how long lanes get to stop their servers before they are killed
+PROBE_TIMEOUT_S = 600.0  # the nodes' quantkit/vLLM/hardware probe (a node still starting workers)
 POLL_S = 0.5  # how often the progress view asks the store actor for news
 # what a worker inherits from the driver's environment (settings, Hub and vLLM options)
 FORWARDED_PREFIXES = ("QUANTKIT_", "HF_", "VLLM_", "TRANSFORMERS_", "TOKENIZERS_")
@@ -251,9 +252,10 @@ class RayExecutor:
         refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote()
                 for n in nodes]
         facts = []
+        deadline = time.monotonic() + PROBE_TIMEOUT_S  # one wait for all nodes, not one each
         for node, ref in zip(nodes, refs):
             try:
-                facts.append(ray.get(ref, timeout=600))
+                facts.append(ray.get(ref, timeout=max(1.0, deadline - time.monotonic())))
             except (ray.exceptions.TaskUnschedulableError, ray.exceptions.NodeDiedError,
                     ray.exceptions.WorkerCrashedError) as exc:
                 # Ray lists a lost node as alive until its heartbeats time out (~30 s): a re-run
