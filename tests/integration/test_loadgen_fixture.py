@@ -9,6 +9,7 @@ seconds; the module stays well under a minute on 2 cores.
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -35,23 +36,53 @@ def target(fx) -> Target:
     return Target(api_url=fx.api_url, model="fixture")
 
 
+def measured_against_the_server(fx, batch: list[Prompt], attempts: int = 5, **point_args):
+    """Run a closed-loop point until the machine was quiet enough for the ideal truth to hold.
+
+    Every attempt must agree with what the server saw: the same tokens, and a throughput within
+    1.5% of theirs over the span that really passed (or the client flags itself). That is the
+    check of the client's figures. The ideal truth leaves out the loopback round trip between one
+    request's end and the next one's arrival: on 2 cores shared by the client and the fixture it
+    costs a wave 10-20 ms (seen here: 60-80 ms over 4 waves of 0.68 s), so a closed-loop point
+    falls 2-4% short of the ideal with the client measuring right, and the tests hold it to 5% of
+    the ideal. An attempt counts as quiet when the fixture kept its cadence and the client did not
+    flag itself (on this 2-core VM the loop-lag p99 sits at 4-12 ms against a 10 ms limit, so about
+    one point in four is flagged, rightly); the first quiet one is returned, and every attempt is
+    checked against the server."""
+    c, n = point_args["concurrency"], len(batch)
+    truth = fx.truth(c, n, OUT)
+    seen = []
+    for _ in range(attempts):
+        since, before = time.perf_counter(), fx.stats(0.0)
+        point = run_point(target(fx), batch, OUT, **point_args)
+        late = fx.stats()  # waits out the fixture's 0.2 s dump, which flushes its log too
+        served = fx.served(since, settle=0.0)
+        assert point.failures == 0 and point.completion_tokens == n * OUT == served["tokens"]
+        # the client's span holds the server's, plus one send and one receive; a client that kept
+        # itself waiting may see the ends late, and then says so
+        assert point.output_tok_s <= served["output_tok_s"] * 1.001
+        if not point.client_limited:
+            assert point.output_tok_s == pytest.approx(served["output_tok_s"], rel=0.015)
+        cadence_kept = (late["late_5ms"] - before["late_5ms"]) / max(late["writes"] - before["writes"], 1) < 0.05
+        round_trips_s = served["span_s"] - truth["duration_s"]
+        seen.append((round(point.output_tok_s / truth["output_tok_s"], 4), cadence_kept, round(round_trips_s, 4),
+                     point.client_limited_reason))
+        if cadence_kept and not point.client_limited:
+            return point, truth
+    pytest.fail(f"no quiet attempt in {attempts} (ratio to truth, cadence kept, round trips s, client flag): {seen}")
+
+
 def test_moderate_concurrency_matches_the_truth(fixture):
     c = 32
-    before = fixture.stats(0.0)
-    point = run_point(target(fixture), prompts(4 * c), OUT, concurrency=c, input_len=32)
-    truth = fixture.truth(c, 4 * c, OUT)
-    late = fixture.stats()
-    # the fixture kept its cadence, so its truth holds
-    assert (late["late_5ms"] - before["late_5ms"]) / max(late["writes"] - before["writes"], 1) < 0.05
-    assert point.failures == 0 and point.completion_tokens == 4 * c * OUT and point.tokens_from_usage
-    assert point.output_tok_s == pytest.approx(truth["output_tok_s"], rel=0.03)
+    point, truth = measured_against_the_server(fixture, prompts(4 * c), concurrency=c, input_len=32)
+    assert point.tokens_from_usage
+    assert point.output_tok_s == pytest.approx(truth["output_tok_s"], rel=0.05)
     assert point.itl.p50 == pytest.approx(TPOT, rel=0.05)
     assert point.tpot.p50 == pytest.approx(TPOT, rel=0.03)
     # + the request's own send, the fixture's accept and parse: ~1 ms on an idle machine, more when
     # other work keeps both processes waiting for a core
     assert TTFT <= point.ttft.p50 < TTFT + 0.015
     assert point.max_in_flight == c
-    assert not point.client_limited, point.client_limited_reason
     client = point.client
     assert client.workers == 1 and client.cpu_s > 0 and client.cpu_us_per_token > 0
     assert client.loop_lag_p99_ms is not None and client.send_lag_p99_ms is None
@@ -70,10 +101,10 @@ def test_a_rate_profile_keeps_its_schedule(fixture):
 
 def test_several_workers_share_one_point(fixture):
     c = 32
-    point = run_point(target(fixture), prompts(4 * c, 2), OUT, concurrency=c, workers=2)
-    assert point.client.workers == 2 and point.failures == 0 and point.max_in_flight <= c
+    point, truth = measured_against_the_server(fixture, prompts(4 * c, 2), concurrency=c, workers=2)
+    assert point.client.workers == 2 and point.max_in_flight <= c
     assert point.successes == 4 * c
-    assert point.output_tok_s == pytest.approx(fixture.truth(c, 4 * c, OUT)["output_tok_s"], rel=0.03)
+    assert point.output_tok_s == pytest.approx(truth["output_tok_s"], rel=0.05)
     assert point.itl.p50 == pytest.approx(TPOT, rel=0.05)
 
 
