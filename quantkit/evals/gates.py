@@ -127,7 +127,7 @@ class GateVerdict(BaseModel):
         text = f"{self._what()} {self.value:.4f}{self._interval()} straddles {self.threshold:g}"
         if self.verdict == "pass":
             return text.replace(" straddles ", " >= ")
-        if self.more_items:
+        if self.more_items and not self.note:
             return text + "; " + _more_text(self.more_items) + " would likely decide it"
         return text + f"; {self.note or 'more items would not be expected to decide it'}"
 
@@ -313,14 +313,17 @@ def _verdict(gate: str, task: str | None, threshold: float, value: float | None,
             v.note = "the estimate sits on the threshold: no number of items is expected to decide it"
         else:
             more = {r.task: paired.more_items(r.n_items or 0, factor) for r in rows if r.n_items}
-            room = {r.task: (r.n_available or 0) - (r.n_items or 0) for r in rows}
+            # the split's size is unknown for records stored before it was kept: no cap then
+            room = {r.task: r.n_available - (r.n_items or 0) for r in rows if r.n_available}
             if not more:
                 v.note = "no per-item scores are stored, so the items needed cannot be estimated"
-            elif any(n > room.get(t, 0) for t, n in more.items()):
-                short = [t for t, n in more.items() if n > room.get(t, 0)]
+            elif any(n > room[t] for t, n in more.items() if t in room):
+                short = [t for t, n in more.items() if t in room and n > room[t]]
                 v.more_items = more
-                v.note = (f"needs more items than {', '.join(short)} hold(s): "
-                          + ", ".join(f"{t} ~{more[t]} more, {room.get(t, 0)} left" for t in short))
+                short.sort(key=lambda t: room[t])
+                left = f"{short[0]} has {room[short[0]]} left" + "".join(f", {t} {room[t]}" for t in short[1:])
+                v.note = (f"{_more_text(more)} would be needed, more than the tasks hold ({left}): growing "
+                          "to whole tasks narrows the interval but is not expected to decide it")
             else:
                 v.more_items = more
     return v

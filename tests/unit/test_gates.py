@@ -249,7 +249,8 @@ def test_an_estimate_that_cannot_be_decided_says_why():
     (g,) = _one(q, b, 0.9, n_available=120).gates
     assert g.verdict == "inconclusive" and "no number of items" in g.note
     (g,) = _one(q, b, 0.92, n_available=120).gates
-    assert g.verdict == "inconclusive" and "needs more items than arc_easy hold(s)" in g.note and "20 left" in g.note
+    assert g.verdict == "inconclusive" and "more than the tasks hold (arc_easy has 20 left)" in g.note
+    assert "more than the tasks hold" in g.describe() and "would likely decide it" not in g.describe()
     q[0] = 0.0
     (g,) = _one([0.0] * 100, [0.0] * 100, 0.9).gates
     assert g.value is None and g.verdict == "fail" and "undefined" in g.summary()
