@@ -111,6 +111,11 @@ class CapacityResult(BaseModel):
     def summary(self) -> str:
         if self.capacity is None:
             where = f"{self.settings.profile} {self.settings.start:g}"
+            if self.search and self.search.reason == "untrusted":
+                last = self.points[-1] if self.points else None
+                why = f": {last.client_limited_reason}" if last and last.client_limited_reason else ""
+                return (f"no capacity: the first point ({where}) was limited by quantkit's client, not the server, "
+                        f"so it decides nothing{why}")
             return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
         c = self.capacity
         load = f"concurrency {c.load:g}" if self.settings.profile == "concurrency" else f"{c.load:g} req/s offered"

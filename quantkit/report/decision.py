@@ -83,14 +83,20 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
                             if result.get("model_dir") else None))
     if cell.load is None:
         points = result.get("points") or []
-        if points:
+        if points and cell.reason == "untrusted":  # the search stopped at the point it could not trust
+            last = points[-1]
+            cell.blocker = (f"at {_where(last)}: quantkit's client limited the point, so it decides nothing ("
+                            + (last.get("client_limited_reason") or "client-limited") + ")")
+        elif points:
             violations = points[0].get("slo_violations") or []
-            where = f"c={points[0].get('concurrency')}" if points[0].get("profile") == "concurrency" \
-                else f"{points[0].get('rate')} req/s"
-            cell.blocker = f"at {where}: " + ("; ".join(violations) or "the SLO failed")
+            cell.blocker = f"at {_where(points[0])}: " + ("; ".join(violations) or "the SLO failed")
         elif result.get("error"):
             cell.blocker = result["error"]
     return cell
+
+
+def _where(point: dict[str, Any]) -> str:
+    return f"c={point.get('concurrency')}" if point.get("profile") == "concurrency" else f"{point.get('rate')} req/s"
 
 
 def tuned_cell(tune: dict[str, Any] | None, slo: str | None, profile: str = "concurrency",
@@ -161,7 +167,9 @@ def decide(rows: list[Any]) -> Decision:
                           size_bytes=r.size_bytes)
             if r.baseline and cell.config == "defaults":
                 baseline_cell = cell
-            if cell.load is None:
+            if cell.load is None and cell.reason == "untrusted":
+                c.why_not = f"no trusted capacity ({cell.blocker})"
+            elif cell.load is None:
                 c.why_not = f"does not meet the SLO ({cell.blocker or 'even at the lowest load'})"
             elif not evaluated or r.gate in ELIGIBLE_GATES:
                 c.eligible = True
@@ -209,6 +217,11 @@ def decide(rows: list[Any]) -> Decision:
                         baseline=baseline_cell, candidates=candidates, notes=notes,
                         summary=(f"no variant that meets the SLO passes the accuracy gates; the closest is "
                                  f"{closest.variant} ({closest.cell.label}): {closest.why_not}"))
+    if all(c.cell.reason == "untrusted" for c in candidates):  # nothing was measured that decides
+        first = candidates[0]
+        return Decision(status="none_meets_slo", slo=slo, closest=first, blocker=first.cell.blocker,
+                        baseline=baseline_cell, candidates=candidates, notes=notes,
+                        summary=f"no variant has a trusted capacity under {slo}; {first.variant}: {first.cell.blocker}")
     closest = min(candidates, key=lambda c: _lowest_margin(c.cell))
     blocker = closest.cell.blocker or "the SLO fails at the lowest load"
     if closest.cell.bound:

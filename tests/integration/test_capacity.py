@@ -74,14 +74,16 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
     settings = CapacitySettings(**{**SETTINGS, "max": 8}, early_stop=False)
     loose = parse_slo("ttft_p95=600,tpot_p95=60")  # met everywhere: the search climbs to the top
     result = run_capacity(server, smollm2_dir, loose, settings, out_dir=tmp_path)
-    top = next(p for p in result.points if p.concurrency == 8)
-    # on 2 cores the CPU server can starve the client: then the top point is measured but marked,
-    # and the search stops short of it rather than trusting it
+    # on 2 cores the CPU server can starve the client (its API process shares a core with it): the
+    # point where that happened, at whatever load, is measured and marked, and the search stops
+    # there rather than trusting it
     client_starved = result.search.reason == "untrusted"
+    top = result.points[-1] if client_starved else max(result.points, key=lambda p: p.concurrency)
     if client_starved:
-        assert top.client_limited and top.client_limited_reason and result.capacity.load < 8
+        assert top.client_limited and top.client_limited_reason
+        assert result.capacity is None or result.capacity.load < top.concurrency
     else:
-        assert result.search.reason == "max_reached" and result.capacity.load == 8
+        assert result.search.reason == "max_reached" and top.concurrency == 8 and result.capacity.load == 8
     by_load = {p.concurrency: p.server_metrics for p in result.points}
     for load, sm in by_load.items():
         assert sm and sm["samples"] >= 2 and not {"running", "waiting", "kv_usage"} & set(sm["missing"])
@@ -89,7 +91,8 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
         assert sm["deltas"]["generation_tokens"] >= 1 and sm["steps"] >= 1
     low, high = by_load[min(by_load)], by_load[max(by_load)]
     assert high["kv_usage"]["max"] >= low["kv_usage"]["max"] > 0  # more streams hold more KV cache
-    assert high["waiting"]["max"] >= 1  # 8 streams on 4 slots queue
+    if max(by_load) > SLOTS:
+        assert high["waiting"]["max"] >= 1  # 8 streams on 4 slots queue
     from quantkit.measure.bounds import classify
 
     bound = classify(top.model_dump(mode="json"), server.info.serve_config)
@@ -107,11 +110,16 @@ def test_cli_capacity_against_url_is_stored(server, smollm2_dir, tmp_path, quant
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert result["kind"] == "quantkit.capacity" and result["capacity"]["load"] == 2
-    assert result["search"]["reason"] == "max_reached" and result["points_spent"] == 2
+    assert result["kind"] == "quantkit.capacity"
+    if result["search"]["reason"] == "untrusted":  # the client was starved (see the test above)
+        assert result["points"][-1]["client_limited"] and result["points_spent"] <= 2
+    else:
+        assert result["capacity"]["load"] == 2
+        assert result["search"]["reason"] == "max_reached" and result["points_spent"] == 2
     with Store() as store:
         record = [r for r in store.records(kind="capacity", status="done") if r.params.get("url") == server.api_url][-1]
-        assert record.result["created_at"] == result["created_at"] and len(store.points(record.id)) == 2
+        assert record.result["created_at"] == result["created_at"]
+        assert len(store.points(record.id)) == result["points_spent"]
 
 
 def test_capacity_needs_an_slo(smollm2_dir):

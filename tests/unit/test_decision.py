@@ -125,3 +125,29 @@ def test_the_report_opens_with_the_recommendation(tmp_path):
     paths = write_report(report, tmp_path)
     assert (tmp_path / "plots" / "recovery_vs_capacity.png").exists() is False  # no recovery: not drawn
     assert "Recommended deployment" in paths["html"].read_text()
+
+
+def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
+    """On 2 cores the server can starve quantkit's client at the first load: the search stops there
+    (`untrusted`), and neither the capacity summary nor the decision may call that an SLO failure."""
+    from quantkit.measure.capacity import CapacityResult, CapacitySettings
+    from quantkit.measure.search import CapacitySearch
+    from quantkit.report.decision import capacity_cell
+
+    reason = "event-loop lag p50 4.1 ms, p99 31.0 ms (limits 3 / 30 ms): other processes kept it waiting"
+    point = {"profile": "concurrency", "concurrency": 1, "slo_violations": [], "client_limited": True,
+             "client_limited_reason": reason}
+    stored = {"slo": SLO, "settings": {"profile": "concurrency"}, "capacity": None, "points": [point],
+              "search": {"reason": "untrusted"}, "points_spent": 1, "model_dir": "M"}
+    c = capacity_cell(stored)
+    assert c.load is None and "client limited the point" in c.blocker and "31.0 ms" in c.blocker
+    d = decide([row("baseline", c, recovery=1.0, gate="reference", baseline=True)])
+    assert d.status == "none_meets_slo" and "no variant has a trusted capacity" in d.summary
+    assert "nothing meets the SLO" not in d.summary
+    assert "no trusted capacity" in d.candidates[0].why_not
+
+    result = CapacityResult.model_construct(slo=SLO, settings=CapacitySettings(), capacity=None, bound=None,
+                                            points=[SimpleNamespace(client_limited_reason=reason)],
+                                            search=CapacitySearch(capacity=None, ceiling=None, reason="untrusted",
+                                                                  tolerance=0.1, lo=1, hi=8, steps=[]))
+    assert "limited by quantkit's client" in result.summary() and "not met" not in result.summary()
