@@ -14,7 +14,8 @@ every W-th request at its scheduled time. All share one start time (perf_counter
 monotonic clock on Linux). The worker count is automatic (one per 256 streams, at most half the
 usable cores) or set with `workers=`. Every point records the client's own CPU use and event-loop
 lag (and, at a rate, how late sends were); a point where the client was saturated is run again
-with twice the workers where the cores allow it, and otherwise is marked `client_limited`, with
+with twice the workers where the cores allow it (one kept waiting by other processes, where no
+worker can be added, once more as it was), and otherwise is marked `client_limited`, with
 the figures, never silently biased.
 
 Timing follows `vllm bench serve` (benchmarks/bench_agreement.py, benchmarks/loadgen_capacity.py):
@@ -343,19 +344,28 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
     if workers is not None and workers < 1:
         raise UsageError("client workers must be at least 1")
     count = workers or auto_workers(concurrency, rate)
-    attempt = 1
+    attempt, waited_again = 1, False
     while True:
         point, results = await _measure_once(target, prompts, output_len, concurrency=concurrency, rate=rate,
                                              seed=seed, alive=alive, input_len=input_len,
                                              request_timeout=request_timeout, workers=count, stop_when=stop_when)
         more = min(max_workers(), count * 2)
+        # a client that was idle but kept waiting (other processes had the cores: on a small host,
+        # the server under test) is measured once more as it was, where no worker can be added
+        kept_waiting = point.client_limited and point.client is not None and point.client.busiest_worker < 0.5
+        again = more if more > count else count if kept_waiting and not waited_again else None
         fresh = fresh_prompts(prompts, attempt) if point.client_limited else None
-        if (not point.client_limited or workers is not None or point.partial or point.stopped_early or more <= count
+        if (not point.client_limited or workers is not None or point.partial or point.stopped_early or again is None
                 or attempt >= MAX_ATTEMPTS or fresh is None):
             break
-        warn(f"the load generator limited this point ({point.client_limited_reason}); "
-             f"measuring it again with {more} client workers")
-        count, prompts, attempt = more, fresh, attempt + 1
+        if again == count:
+            waited_again = True
+            warn(f"the load generator was kept waiting on this point ({point.client_limited_reason}); "
+                 "measuring it once more")
+        else:
+            warn(f"the load generator limited this point ({point.client_limited_reason}); "
+                 f"measuring it again with {again} client workers")
+        count, prompts, attempt = again, fresh, attempt + 1
     point.client.attempts = attempt
     point = slo.judge(point, results) if slo is not None else point
     if point.stopped_early and point.slo is not None:

@@ -56,7 +56,7 @@ def measured_against_the_server(fx, batch: list[Prompt], attempts: int = 5, **po
         since, before = time.perf_counter(), fx.stats(0.0)
         point = run_point(target(fx), batch, OUT, **point_args)
         late = fx.stats()  # waits out the fixture's 0.2 s dump, which flushes its log too
-        served = fx.served(since, settle=0.0)
+        served = fx.served(since, settle=0.0, last=n)  # a point measured again reports its last attempt
         assert point.failures == 0 and point.completion_tokens == n * OUT == served["tokens"]
         # the client's span holds the server's, plus one send and one receive; a client that kept
         # itself waiting may see the ends late, and then says so
@@ -162,7 +162,9 @@ def test_a_starved_client_adds_a_worker_instead(fixture, monkeypatch):
     monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "2")
     with Hog():  # it starves this process; the retry's two workers are processes of their own
         point = run_point(target(fixture), prompts(64, 6), OUT, concurrency=16)
-    assert point.client.attempts == 2 and point.client.workers == 2
+    # the two workers share the one core the hog leaves with the fixture: when they were kept
+    # waiting (idle, not busy), the point is measured once more as it was
+    assert point.client.workers == 2 and point.client.attempts in (2, 3)
     assert point.failures == 0 and point.successes == 64
 
 

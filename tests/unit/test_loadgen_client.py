@@ -152,3 +152,30 @@ def test_the_report_marks_a_client_limited_point_and_shows_tpot():
     assert "[client-limited]" in rows[0][2] and "[client-limited]" not in rows[0][1]
     assert "TPOT p50 (ms) at knee" in header and rows[0][header.index("TPOT p50 (ms) at knee")] == "25.0"
     assert "client-limited" in caption
+
+
+@pytest.mark.parametrize("busiest, attempts", [(0.1, 2), (0.95, 1)])
+def test_a_client_kept_waiting_is_measured_once_more_where_no_worker_can_be_added(monkeypatch, busiest, attempts):
+    """One core for the client (QUANTKIT_CLIENT_MAX_WORKERS=1): a point where the idle client was kept
+    waiting by other processes is run once more; a client busy on its own core is not (it would
+    be again), and neither is retried twice."""
+    from quantkit.measure.point import Stats
+
+    monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "1")
+    runs: list[int] = []
+    s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
+
+    async def measure_once(target, prompts, output_len, **kw):
+        runs.append(kw["workers"])
+        limited = True  # every run is limited: the loop must still stop
+        point = BenchPoint(profile="concurrency", concurrency=4, output_len=8, input_len=2, num_requests=4,
+                           started_at="t", duration_s=1.0, successes=4, failures=0, prompt_tokens=8,
+                           completion_tokens=32, output_tok_s=32.0, total_tok_s=40.0, req_s=4.0, ttft=s, itl=s,
+                           tpot=s, client=stats(busiest_worker=busiest, loop_lag_p99_ms=40.0),
+                           client_limited=limited, client_limited_reason="event-loop lag")
+        return point, []
+
+    monkeypatch.setattr(loadgen, "_measure_once", measure_once)
+    target = loadgen.Target(api_url="http://x/v1", model="m")
+    point = loadgen.run_point(target, [Prompt(token_ids=[1, 2, 3])] * 4, 8, concurrency=4)
+    assert runs == [1] * attempts and point.client.attempts == attempts and point.client_limited
