@@ -364,7 +364,9 @@ def load_run(path: str | Path) -> RunRecipe:
         if builtin.is_file():
             text, source = builtin.read_text(), f"recipes/runs/{path}.yaml"
         else:
-            raise UsageError(f"run recipe {path} does not exist (built-in: demo)")
+            names = sorted(f.name.removesuffix(".yaml") for f in (resources.files("quantkit.recipes") / "runs").iterdir()
+                           if f.name.endswith(".yaml"))
+            raise UsageError(f"run recipe {path} does not exist (built-in: {', '.join(names)})")
     else:
         text, source = p.read_text(), str(p)
     try:
