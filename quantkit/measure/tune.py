@@ -255,8 +255,11 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
             probe = run_capacity(server, model_dir, slo, probe_settings, prompts=prompts, label=f"{label_} probe")
             out["points"] += probe.points_spent
             out["probe"] = _goodput(probe)
-            if probe.capacity is None:  # the SLO fails at the lowest load: a full search starts there too
+            if probe.capacity is None:  # the SLO fails at the lowest load (a full search starts there
+                # too), or quantkit's client was limited there: no trusted figure, bound "client"
                 out.update(value=0.0, bound=probe.bound, capacity=None)
+                if probe.search is not None and probe.search.reason == "untrusted":
+                    out["error"] = "no trusted capacity: " + probe.summary()
             elif should_prune(out["probe"]):
                 out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
             else:
@@ -424,12 +427,22 @@ def summarize_study(model_dir: Path, study: str, slo: Slo, settings: TuneSetting
                               f"searched in full ({starts} servers)")
         if result.defaults is not None and result.defaults.value:
             result.gain = result.best.value / result.defaults.value
+        elif result.defaults is not None and _untrusted(result.defaults):
+            result.best_reason += "; no gain: the base configuration has no trusted capacity (quantkit's client was limited)"
+    elif any(t.state == "complete" and _untrusted(t) for t in trials):
+        result.best_reason = (f"no configuration has a trusted capacity under {slo}: quantkit's client was limited "
+                              f"at the lowest load ({len(trials)} trials)")
     elif any(t.state == "complete" for t in trials):
         result.best_reason = f"no configuration meets {slo} even at the lowest load ({len(trials)} trials)"
     else:
         result.best_reason = f"no configuration was searched in full ({len(trials)} trials)"
     result.complete = starts >= settings.budget or len({str(t.params) for t in trials}) >= _grid(space)
     return result
+
+
+def _untrusted(t: Trial) -> bool:
+    """A trial of value 0 because its first point could not be trusted, not because the SLO failed."""
+    return not t.value and bool(t.error) and t.error.startswith("no trusted capacity")
 
 
 def _grid(space: dict[str, list[Any]]) -> int:

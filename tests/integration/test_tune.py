@@ -93,7 +93,12 @@ def test_tune_resumes_after_sigint(tiny_llama_dir, tmp_path):
     assert sorted(str(t["params"]["max_num_seqs"]) for t in trials) == ["2", "4", "None"]
     assert trials[0]["reused"] and trials[0]["label"] == "defaults"  # measured before the interrupt, not redone
     assert not any(t["reused"] for t in trials[1:])
-    assert result["best"] is not None and result["defaults"]["label"] == "defaults" and result["gain"] > 0
+    assert result["best"] is not None and result["defaults"]["label"] == "defaults"
+    if result["defaults"]["value"]:
+        assert result["gain"] > 0
+    else:  # on 2 cores vLLM can starve the client at the base trial's first point: said, no gain
+        assert result["defaults"]["error"].startswith("no trusted capacity") and result["gain"] is None
+        assert result["defaults"]["bound"]["kind"] == "client"
     assert result["best"]["command"].startswith("vllm serve ") and "--enforce-eager" in result["best"]["command"]
     for t in trials:
         assert t["state"] in ("complete", "pruned") and t["points"] >= 1 and t["bound"]["kind"]

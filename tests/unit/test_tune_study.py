@@ -101,3 +101,26 @@ def test_space_merging_and_errors():
     with pytest.raises(UsageError, match="empty"):
         tune.resolve_space(tune.TuneSettings(knobs=["max_num_seqs"], space={"max_num_seqs": []}), gpus=0)
     assert tune.invalid(ServeConfig(tensor_parallel_size=2), gpus=1) == "needs 2 GPUs, this machine has 1"
+
+
+def test_a_base_configuration_without_a_trusted_capacity_gives_no_gain_and_says_why(fake, tmp_path, monkeypatch):
+    """The base trial's first point was client-limited (2 cores): value 0 for Optuna, but it is not
+    an SLO failure, and the gain against it is left out with the reason."""
+    inner = tune.run_trial
+
+    def run_trial(model_dir, config, slo, settings, capacity, prompts, should_prune, **kw):
+        if config.max_num_seqs is None and config.max_num_batched_tokens is None:
+            return {"state": "complete", "value": 0.0, "points": 1, "startup_s": 1.0, "seconds": 2.0,
+                    "error": "no trusted capacity: no capacity: the first point (concurrency 1) was limited by "
+                             "quantkit's client, not the server, so it decides nothing"}
+        return inner(model_dir, config, slo, settings, capacity, prompts, should_prune, **kw)
+
+    monkeypatch.setattr(tune, "run_trial", run_trial)
+    with Store(tmp_path / "r.db") as store:
+        result = study(store, tmp_path, 3, space={"max_num_seqs": [None, 8, 16]}, sampler="grid")
+    assert result.defaults is not None and result.defaults.value == 0.0
+    assert result.best is not None and result.best.value > 0 and result.gain is None
+    assert "no trusted capacity" in result.best_reason
+    assert tune.summarize_study(tmp_path, "s", SLO, result.settings, CapacitySettings(), result.space,
+                                ServeConfig(), [result.defaults], 1, 1.0).best_reason.startswith(
+        "no configuration has a trusted capacity")
