@@ -111,10 +111,13 @@ class CapacityResult(BaseModel):
     def summary(self) -> str:
         if self.capacity is None:
             where = f"{self.settings.profile} {self.settings.start:g}"
-            if self.search and self.search.reason == "untrusted":
+            if self.search and self.search.reason == "untrusted":  # the search stopped at its last point
                 last = self.points[-1] if self.points else None
+                load = getattr(last, "concurrency", None) or getattr(last, "rate", None)
+                if load is not None:
+                    where = f"{self.settings.profile} {load:g}"
                 why = f": {last.client_limited_reason}" if last and last.client_limited_reason else ""
-                return (f"no capacity: the first point ({where}) was limited by quantkit's client, not the server, "
+                return (f"no capacity: the point at {where} was limited by quantkit's client, not the server, "
                         f"so it decides nothing{why}")
             return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
         c = self.capacity
