@@ -197,6 +197,8 @@ def decide(rows: list[Any]) -> Decision:
         best = min(band, key=_tie_key)
         ratio = best.cell.goodput / base_goodput if base_goodput > 0 else None
         versus = (f"{ratio:.2f} x bf16 on vLLM defaults" if ratio is not None else
+                  "bf16 on vLLM defaults has no trusted capacity (quantkit's client was limited)"
+                  if baseline_cell is not None and baseline_cell.reason == "untrusted" else
                   "bf16 on vLLM defaults has no capacity under this SLO" if baseline_cell is not None else
                   "no bf16 baseline measured under this SLO")
         flags = (f"vLLM's defaults ({' '.join(best.cell.serve_args)})" if best.cell.config == "defaults"

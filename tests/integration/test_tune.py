@@ -154,11 +154,16 @@ def test_run_recipe_reports_the_recommended_deployment(tiny_llama_dir, tmp_path)
     assert md.index("## Recommended deployment") < md.index("## Capacity under the SLO") < md.index("## Checkpoints")
     data = json.loads((report / "report.json").read_text())
     decision = data["decision"]
-    assert decision["status"] == "recommended" and decision["ratio_vs_baseline"] > 0
-    assert decision["recommended"]["cell"]["command"].startswith("vllm serve ")
     rows = {r["name"]: r for r in data["rows"]}
+    assert decision["status"] == "recommended"
+    if rows["baseline"]["capacity"]["load"]:
+        assert decision["ratio_vs_baseline"] > 0
+    else:  # 2 cores: the client starved at the baseline's first point, and the decision says so
+        assert rows["baseline"]["capacity"]["reason"] == "untrusted" and decision["ratio_vs_baseline"] is None
+        assert "no trusted capacity" in decision["summary"]
+    assert decision["recommended"]["cell"]["command"].startswith("vllm serve ")
     assert rows["rtn-prebuilt"]["method"] == "w4a16-rtn" and not rows["rtn-prebuilt"]["baseline"]
-    assert rows["baseline"]["capacity"]["load"] and rows["rtn-prebuilt"]["capacity_tuned"] is not None
+    assert rows["baseline"]["capacity"] is not None and rows["rtn-prebuilt"]["capacity_tuned"] is not None
     assert any(p["name"] == "recovery_vs_capacity" and p["drawn"] for p in data["plots"])
     # compare --json, given the recipe's gate, carries the same decision for CI pipelines
     with Store(home / "results.db") as store:

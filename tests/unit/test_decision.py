@@ -145,6 +145,9 @@ def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
     assert d.status == "none_meets_slo" and "no variant has a trusted capacity" in d.summary
     assert "nothing meets the SLO" not in d.summary
     assert "no trusted capacity" in d.candidates[0].why_not
+    d = decide([row("baseline", c, recovery=1.0, gate="reference", baseline=True), row("int8", cell(2.0), recovery=0.99)])
+    assert d.status == "recommended" and d.ratio_vs_baseline is None
+    assert "bf16 on vLLM defaults has no trusted capacity" in d.summary
 
     result = CapacityResult.model_construct(slo=SLO, settings=CapacitySettings(), capacity=None, bound=None,
                                             points=[SimpleNamespace(client_limited_reason=reason)],
