@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
+import threading
 import time
 from array import array
 from dataclasses import dataclass, field
@@ -54,13 +56,49 @@ def event_loop_name() -> str:
 
 
 def run_loop(coro):
-    """Run a coroutine on uvloop where installed (its callbacks cost about half of asyncio's)."""
+    """Run a coroutine on uvloop where installed (its callbacks cost about half of asyncio's).
+
+    Where the program has its own SIGINT/SIGTERM handler (quantkit's CLI raises KeyboardInterrupt
+    from it), a signal that arrives while the loop runs cancels the coroutine, whose clean-up runs
+    as CancelledError, and the handler is called once the loop has stopped. Raised inside the
+    loop, the KeyboardInterrupt would land in whatever callback was running, where uvloop logs it
+    as a transport error and carries on (CI saw a Ctrl-C end as one failed request and exit 0)."""
+    caught: list[int] = []
+
+    async def guarded():
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(signum)
+                if callable(previous) and previous is not signal.default_int_handler:
+                    handlers[signum] = previous
+                    loop.add_signal_handler(signum, lambda s=signum: (caught.append(s), task.cancel()))
+        try:
+            return await coro
+        finally:
+            for signum, previous in handlers.items():
+                loop.remove_signal_handler(signum)
+                signal.signal(signum, previous)
+
     try:
         import uvloop
 
-        return uvloop.run(coro)
+        run = uvloop.run
     except ImportError:
-        return asyncio.run(coro)
+        run = asyncio.run
+    try:
+        result = run(guarded())
+    except asyncio.CancelledError:
+        if not caught:
+            raise
+        result = None
+    if caught:
+        handler = signal.getsignal(caught[0])
+        if callable(handler):
+            handler(caught[0], None)
+        raise KeyboardInterrupt
+    return result
 
 
 @dataclass

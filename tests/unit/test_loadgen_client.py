@@ -179,3 +179,36 @@ def test_a_client_kept_waiting_is_measured_once_more_where_no_worker_can_be_adde
     target = loadgen.Target(api_url="http://x/v1", model="m")
     point = loadgen.run_point(target, [Prompt(token_ids=[1, 2, 3])] * 4, 8, concurrency=4)
     assert runs == [1] * attempts and point.client.attempts == attempts and point.client_limited
+
+
+def test_a_signal_during_the_loop_cancels_it_then_reaches_the_programs_handler():
+    """quantkit's CLI handler raises KeyboardInterrupt; raised inside a uvloop callback it would be
+    logged and lost. run_loop turns the signal into a cancel, then calls the handler outside the loop."""
+    import asyncio
+    import os
+    import signal
+
+    from quantkit.measure import client
+
+    seen = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    async def work():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            seen.append("cancelled")  # the coroutine's clean-up runs first
+            raise
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.run_loop(work())
+        assert seen == ["cancelled", signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is handler  # the program's handler is back
+    finally:
+        signal.signal(signal.SIGINT, previous)
