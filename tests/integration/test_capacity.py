@@ -56,7 +56,18 @@ def test_capacity_search_finds_a_bracket_and_keeps_every_point(server, smollm2_d
     loads = [p.concurrency for p in result.points]
     assert len(set(loads)) == len(loads)
     search = result.search
-    assert search.reason in ("bracketed", "max_reached"), search
+    # on 2 cores the client can be starved at any load (see the next test): the search then stops
+    # at that point, marked, with the capacity standing on the trusted points before it (CI saw
+    # 8 pass, 10 fail, then 9 client-limited)
+    assert search.reason in ("bracketed", "max_reached", "untrusted"), search
+    if search.reason == "untrusted":
+        last = result.points[-1]
+        assert not search.steps[-1].trusted and last.client_limited and last.client_limited_reason
+        assert all(step.trusted for step in search.steps[:-1])
+        assert search.capacity is None or search.capacity < last.concurrency
+    if search.capacity is None:  # only where the client was starved at the first point
+        assert search.reason == "untrusted" and len(result.points) == 1
+        return
     assert result.capacity is not None and result.capacity.load == search.capacity
     cap = result.points[result.capacity.point_index]
     assert cap.slo_met and cap.failures == 0 and result.capacity.req_s > 0 and result.capacity.output_tok_s > 0

@@ -155,6 +155,10 @@ def test_run_recipe_reports_the_recommended_deployment(tiny_llama_dir, tmp_path)
     data = json.loads((report / "report.json").read_text())
     decision = data["decision"]
     rows = {r["name"]: r for r in data["rows"]}
+    cells = [rows[v][c] for v in ("baseline", "rtn-prebuilt") for c in ("capacity", "capacity_tuned")]
+    if all(c is None or (c["reason"] == "untrusted" and c["load"] is None) for c in cells):  # 2 cores: starved at every start
+        assert decision["status"] == "none_meets_slo" and "no variant has a trusted capacity" in decision["summary"]
+        return
     assert decision["status"] == "recommended"
     if rows["baseline"]["capacity"]["load"]:
         assert decision["ratio_vs_baseline"] > 0
