@@ -245,7 +245,13 @@ def test_ctrl_c_stops_every_lane_and_server(cluster, tiny_llama_dir, tmp_path):
     assert not left, f"left behind: {[' '.join(p.cmdline())[:120] for p in left]}"
     records = rows(home)
     assert not [r for r in records if r["status"] == "running"], records
-    assert any(r["status"] == "interrupted" and r["kind"] != "convert" for r in records)
+    # the run stopped short, and what it stopped is marked interrupted, not failed (CI: the
+    # stage seen running had finished by the time SIGINT landed, between two stages, so no
+    # record need be open at that moment)
+    finished = {(r["variant"], r["kind"]) for r in records if r["status"] == "done"}
+    assert finished < DONE_KINDS, finished
+    assert all(r["status"] == "interrupted" for r in records if r["status"] != "done"), \
+        [(r["variant"], r["kind"], r["status"], r["error"]) for r in records]
 
 
 def test_lost_node_fails_its_variant_and_a_rerun_completes_it(cluster, tiny_llama_dir, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -27,5 +28,8 @@ def test_python_m_exits_130_even_after_a_keyboardinterrupt_escaped_a_string_exec
         quantkit.cli.main = interrupted
     """))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "quantkit"], env=env, capture_output=True, text=True, timeout=120)
+    # SIGINT as a terminal delivers it: a test run started in the background (CI's `.ci/run &`)
+    # passes SIGINT on ignored, and a child that ignores it would loop in the exec forever
+    proc = subprocess.run([sys.executable, "-m", "quantkit"], env=env, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.returncode == 130, proc.stderr
