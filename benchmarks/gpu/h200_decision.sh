@@ -24,7 +24,9 @@
 #      under TTFT p95 <= 1 s, TPOT p95 <= 50 ms on vLLM's defaults; then `quantkit compare`
 # Settings (environment of `start`): STEPS (default "baseline fp8 agree int8": the order, "agree"
 # being B), DECISION (the recipe of C: llama8b-decision, llama8b-decision-tuned, llama8b-long),
-# AGREE_C (B's concurrencies), SEED_STORE (an earlier session's results.db to resume from).
+# AGREE_C (B's concurrencies), SEED_STORE (an earlier session's results.db to resume from). A word
+# RECIPE:V in STEPS runs variant V of benchmarks/gpu/recipes/RECIPE.yaml, so one session can mix
+# workloads (e.g. STEPS="llama8b-decision-tuned:fp8 llama8b-long:baseline llama8b-long:fp8").
 # What 12-01 left (docs/reports/h200/decision-2026-12-01/README.md), e.g. for the next session:
 #   SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db STEPS="int8" ... start EPOCH
 #   then DECISION=llama8b-decision-tuned STEPS="fp8 baseline", DECISION=llama8b-long STEPS="baseline fp8"
@@ -75,15 +77,20 @@ orchestrate)
   step convert 240 "${QK[@]}" run $R/llama8b-convert-8bit.yaml --report-dir $Q/res/report-convert
   until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
   log "vllm ready"
-  for v in $STEPS; do  # "agree" is the client agreement, any other word a variant of the decision
+  for v in $STEPS; do  # "agree": the client agreement; "RECIPE:V": variant V of that recipe; "V": of $DECISION
     if [ "$v" = agree ]; then
       [ -n "$AGREE_C" ] && step agree 300 "${QK_ENV[@]}" python3 -P benchmarks/bench_agreement.py $W8 --compiled \
         --concurrency "$AGREE_C" --input-len 512 --output-len 256 --repeats 2 --json $Q/res/agree-8b.json
     else
-      step "$DECISION-$v" 240 "${QK[@]}" run $R/$DECISION.yaml --only $v --report-dir $Q/res/report-$DECISION
+      recipe=$DECISION; case $v in *:*) recipe=${v%%:*}; v=${v#*:} ;; esac
+      step "$recipe-$v" 240 "${QK[@]}" run $R/$recipe.yaml --only $v --report-dir $Q/res/report-$recipe
     fi
   done
-  "${QK[@]}" compare --model llama8b-random -o $Q/res/report-decision --json > $Q/res/compare.json 2> $Q/logs/compare.err
+  # one decision per workload: compare keeps capacities of different workloads apart
+  for w in 512/256 4096/512; do
+    "${QK[@]}" compare --model llama8b-random --workload $w -o $Q/res/report-decision-${w%/*} --json \
+      > $Q/res/compare-${w%/*}.json 2> $Q/logs/compare-${w%/*}.err
+  done
   log "all done"
   touch $Q/all.done
   ;;

@@ -103,16 +103,18 @@ def compare(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Report folder (default reports/<model>)."),
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: average recovery at least this."),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth-gbs", help="Device memory bandwidth for the batch-1 bound."),
+    workload: Optional[str] = typer.Option(None, "--workload", help="Capacity of this workload, IN/OUT tokens (e.g. 4096/512); default: the newest measured."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Write the precision-versus-throughput report (Markdown, HTML, JSON) from the store alone."""
-    from ..report.gather import compare as do_compare
+    from ..report.gather import compare as do_compare, parse_workload
     from ..store import Store
 
     def body():
+        lengths = parse_workload(workload) if workload else None
         with Store() as store:
-            result = do_compare(store, model=model, keys=keys or None, out_dir=output,
+            result = do_compare(store, model=model, keys=keys or None, out_dir=output, workload=lengths,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth)
         decision = result["report"].decision
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},

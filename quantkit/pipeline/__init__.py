@@ -65,7 +65,8 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
         from ..report.gather import compare
 
         result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
-                         bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}")
+                         bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}",
+                         workload=_workload(plan))
         summary.report = {k: str(v) for k, v in result["paths"].items()}
         summary.gates_passed = result["gates_passed"]
         summary.gate_verdict, summary.gate_counts = result["gate_verdict"], result["gate_counts"]
@@ -75,3 +76,11 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
             store.close()
     summary.wall_time_s = round(time.monotonic() - started, 1)
     return summary
+
+
+def _workload(plan) -> tuple | None:
+    """The recipe's capacity workload, so that its report compares capacities of this workload only."""
+    if not plan.slo:
+        return None
+    c = plan.capacity
+    return (c.profile, c.input_len, c.output_len, plan.slo)

@@ -272,7 +272,8 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: Store, summary:
     base = store.done(capacity_key(ctx, checkpoint.fingerprint(folder)))
     seed = _base_trial(base, space, folder, plan) if base is not None else None
     params = {"checkpoint": str(folder), "fingerprint": checkpoint.fingerprint(folder), "study": study,
-              "slo": plan.slo, "tune": plan.tune.model_dump(mode="json"), "serve": plan.serve.model_dump()}
+              "slo": plan.slo, "tune": plan.tune.model_dump(mode="json"), "serve": plan.serve.model_dump(),
+              "capacity": plan.capacity.model_dump()}  # the workload: the report compares within one
     t0 = time.monotonic()
     try:
         with store.stage(key, "tune", ctx.model.name, label, params) as rec:

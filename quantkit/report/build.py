@@ -406,13 +406,14 @@ def _plots(rows: list[Row]) -> list[PlotInfo]:
 
 
 def build_report(variants: list[Variant], *, title: str, environment: dict, recipe_hash: str | None = None,
-                 bandwidth_gbs: float | None = None, baseline_provenance: str | None = None) -> Report:
+                 bandwidth_gbs: float | None = None, baseline_provenance: str | None = None,
+                 notes: list[str] | None = None) -> Report:
     names = [v.name for v in variants]
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         # rows are keyed by name (Pareto, plots): two rows of one name would silently merge
         raise UsageError(f"variant names must be unique in a report; repeated: {', '.join(dupes)}")
     rows = [_row(v) for v in variants]
-    notes: list[str] = []
+    notes = list(notes or [])
     device = environment.get("device")
     if bandwidth_gbs is not None:
         bw, source = float(bandwidth_gbs), "given"

@@ -7,6 +7,11 @@ Per variant (baseline first, then methods in the order first stored) the newest 
 each stage is used; a stage that only failed or was interrupted makes the variant `failed` /
 `partial` with its reason, and a bench that stopped early still contributes the points it
 stored. Recovery and gates are derived here from the stored eval scores.
+
+Capacity and tune records are compared only within one workload (prompt and output lengths, load
+profile, SLO): a model measured at 512/256 and at 4,096/512 has two decisions, not one mixed
+from whichever record is newest. The report shows the newest workload unless one is asked for,
+and names the others.
 """
 
 from __future__ import annotations
@@ -25,6 +30,62 @@ from ..store import Record, Store
 from .build import Variant, build_report
 
 STAGES = ("convert", "bench", "eval", "capacity", "tune")
+MEASURED = ("capacity", "tune")  # compared within one workload only
+
+Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
+
+
+def workload_of(record: Record) -> Workload | None:
+    """A capacity or tune record's workload; None for a tune stored before tune records named it."""
+    params = record.params or {}
+    cap = params.get("capacity") or {}
+    if record.kind not in MEASURED or "input_len" not in cap:
+        return None
+    return (cap.get("profile", "concurrency"), cap.get("input_len"), cap.get("output_len"), params.get("slo"))
+
+
+def workload_text(w: Workload) -> str:
+    profile = "" if w[0] == "concurrency" else f", {w[0]} profile"
+    return f"{w[1]} in / {w[2]} out{profile} under {w[3]}"
+
+
+def parse_workload(text: str) -> tuple[int, int]:
+    """`--workload IN/OUT` (e.g. 4096/512): prompt and output lengths in tokens."""
+    parts = text.replace("x", "/").split("/")
+    try:
+        lengths = tuple(int(p) for p in parts)
+    except ValueError:
+        lengths = ()
+    if len(lengths) != 2 or min(lengths) < 1:
+        raise UsageError(f"--workload {text!r} is not IN/OUT token lengths; give e.g. --workload 512/256")
+    return lengths  # type: ignore[return-value]
+
+
+def pick_workload(records: list[Record], wanted: tuple | None) -> tuple[list[Record], list[str]]:
+    """The records of one workload (`wanted`: (input_len, output_len) or a whole Workload; None: the
+    newest finished capacity's) with every other kind, and a note naming the workloads left out."""
+    seen: list[Workload] = []
+    for r in sorted((r for r in records if r.status == "done"), key=lambda r: r.id, reverse=True):
+        if (w := workload_of(r)) is not None and w not in seen:
+            seen.append(w)  # newest first
+    if wanted is None:
+        matching = seen
+    else:
+        same = (lambda w: w) if len(wanted) == 4 else (lambda w: w[1:3])
+        matching = [w for w in seen if same(w) == tuple(wanted)]
+        if not matching and len(wanted) == 2:
+            raise UsageError(f"no capacity was measured at {wanted[0]} in / {wanted[1]} out; measured: "
+                             f"{'; '.join(workload_text(w) for w in seen) or 'none'}")
+    if not seen:
+        return records, []
+    chosen = matching[0] if matching else None  # None: this recipe's workload has no finished capacity
+    kept = [r for r in records if r.kind not in MEASURED or workload_of(r) in (chosen, None)]
+    others = [w for w in seen if w != chosen]
+    if not others:
+        return kept, []
+    shown = f"capacity shown for {workload_text(chosen)}" if chosen else "no capacity of this workload is stored"
+    return kept, [f"{shown}; also measured: {'; '.join(workload_text(w) for w in others)} "
+                  "(`quantkit compare --workload IN/OUT` shows one of them)"]
 
 
 def _latest(records: list[Record]) -> Record | None:
@@ -34,7 +95,8 @@ def _latest(records: list[Record]) -> Record | None:
     return records[-1] if records else None
 
 
-def gather(store: Store, model: str | None = None, keys: list[str] | None = None) -> tuple[str, dict[str, dict[str, Record]]]:
+def gather(store: Store, model: str | None = None, keys: list[str] | None = None,
+           workload: tuple | None = None) -> tuple[str, dict[str, dict[str, Record]], list[str]]:
     if not model and not keys:
         models = store.models()
         if len(models) == 1:
@@ -47,11 +109,12 @@ def gather(store: Store, model: str | None = None, keys: list[str] | None = None
         what = f"model '{model}'" if model else f"run keys {', '.join(keys or [])}"
         raise UsageError(f"nothing stored for {what}; the store has: {', '.join(known) or 'nothing yet (run quantkit run)'}")
     model = model or records[0].model
+    records, notes = pick_workload(records, workload)
     grouped: dict[str, dict[str, list[Record]]] = {}
     for r in records:
         grouped.setdefault(r.variant, {}).setdefault(r.kind, []).append(r)
     order = sorted(grouped, key=lambda v: (v != "baseline", min(r.id for rs in grouped[v].values() for r in rs)))
-    return model, {v: {k: _latest(grouped[v].get(k, [])) for k in STAGES if grouped[v].get(k)} for v in order}
+    return model, {v: {k: _latest(grouped[v].get(k, [])) for k in STAGES if grouped[v].get(k)} for v in order}, notes
 
 
 def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval: dict | None,
@@ -115,10 +178,11 @@ def environment(variants: list[Any]) -> dict[str, Any]:
 
 
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
-            gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None) -> dict[str, Any]:
+            gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
+            workload: tuple | None = None) -> dict[str, Any]:
     from .render import write_report
 
-    model, by_variant = gather(store, model, keys)
+    model, by_variant, notes = gather(store, model, keys, workload)
     base = by_variant.get("baseline", {}).get("eval")
     baseline_eval = base.result if base is not None and base.status == "done" else None
     gates = {k: v for k, v in (gates or {}).items() if v}
@@ -126,7 +190,7 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     recipe_hashes = sorted({s.recipe_hash for st in by_variant.values() for s in st.values() if s.recipe_hash})
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
                           recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs,
-                          baseline_provenance=baseline_provenance(model, variants))
+                          baseline_provenance=baseline_provenance(model, variants), notes=notes)
     out = Path(out_dir) if out_dir else Path("reports") / model
     paths = write_report(report, out)
     gated = {row.name: row.gate for row in report.rows if row.gate in VERDICTS}

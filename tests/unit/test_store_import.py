@@ -54,7 +54,7 @@ def test_import_is_stored_once_and_compare_sees_it(tmp_path):
         again = import_result(store, path)
         assert first["imported"] and first["model"] == "llama8b-random" and first["variant"] == "int8"
         assert not again["imported"] and again["run_key"] == first["run_key"]
-        model, variants = gather(store, model="llama8b-random")
+        model, variants, _ = gather(store, model="llama8b-random")
         record = variants["int8"]["bench"]
         assert record.status == "done" and [p["output_tok_s"] for p in record.result["points"]] == [265.0, 8228.0]
         assert [p["concurrency"] for p in store.points(record.id)] == [1, 64]
@@ -69,7 +69,7 @@ def test_labels_can_be_given(tmp_path):
         quantized = bench_json(tmp_path, name="q.json")
         import_result(store, quantized, model="llama-3.1-8b", variant="int8-tp2")
         # a variant with no convert record takes its method from the checkpoint, not its label
-        _, by_variant = gather(store, model="llama-3.1-8b")
+        _, by_variant, _ = gather(store, model="llama-3.1-8b")
         methods = {name: _variant(store, name, stages, None, None).method for name, stages in by_variant.items()}
         assert methods == {"bf16-tp2": "bf16", "int8-tp2": "int8"}
 

@@ -1,0 +1,67 @@
+"""`quantkit compare` keeps capacities of different workloads apart (issue 19's two workloads).
+
+The store is the H200 session's own (docs/reports/h200/decision-2026-12-01/raw/results.db: bf16
+and fp8 capacity at 512 in / 256 out); a long-context capacity of the baseline is added to a copy,
+as `quantkit run benchmarks/gpu/recipes/llama8b-long.yaml --only baseline` stores it.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from quantkit.errors import UsageError
+from quantkit.report.gather import compare, parse_workload
+from quantkit.store import Store
+
+SEED = Path(__file__).resolve().parents[2] / "docs/reports/h200/decision-2026-12-01/raw/results.db"
+
+
+@pytest.fixture
+def store(tmp_path):
+    shutil.copy(SEED, tmp_path / "results.db")
+    with Store(tmp_path / "results.db") as s:
+        (base,) = [r for r in s.records(kind="capacity", status="done") if r.variant == "baseline"]
+        params = json.loads(json.dumps(base.params))
+        params["capacity"].update(input_len=4096, output_len=512)
+        result = json.loads(json.dumps(base.result))
+        result["capacity"]["load"] = 9.0  # a different figure: which record the report used is visible
+        s.finish(s.begin("long-baseline-capacity", "capacity", base.model, "baseline", params), result)
+        yield s
+
+
+def rows(result):
+    return {r.name: r for r in result["report"].rows}
+
+
+def test_newest_workload_is_shown_alone_and_the_other_is_named(store, tmp_path):
+    result = compare(store, model="llama8b-random", out_dir=tmp_path / "r")
+    by_name = rows(result)
+    assert by_name["baseline"].capacity.load == 9.0  # the long-context record, the newest
+    assert by_name["fp8"].capacity is None  # fp8 has no long-context capacity: not mixed in from 512/256
+    (note,) = [n for n in result["report"].notes if n.startswith("capacity shown for")]
+    assert "4096 in / 512 out" in note and "also measured: 512 in / 256 out" in note and "--workload" in note
+
+
+def test_a_named_workload_compares_its_own_records(store, tmp_path):
+    result = compare(store, model="llama8b-random", out_dir=tmp_path / "r", workload=(512, 256))
+    by_name = rows(result)
+    assert by_name["baseline"].capacity.load == 70 and by_name["fp8"].capacity.load == 111
+    decision = result["report"].decision
+    assert decision.status == "recommended" and decision.recommended.variant == "fp8"
+    assert decision.ratio_vs_baseline == pytest.approx(41.53 / 26.0, rel=0.01)
+    # a recipe's report asks for its whole workload (profile, lengths, SLO)
+    full = compare(store, model="llama8b-random", out_dir=tmp_path / "r2",
+                   workload=("concurrency", 512, 256, "ttft_p95=1,tpot_p95=0.05"))
+    assert rows(full)["fp8"].capacity.load == 111
+
+
+def test_an_unmeasured_workload_is_a_one_line_error(store, tmp_path):
+    with pytest.raises(UsageError, match="no capacity was measured at 1024 in / 128 out; measured: 4096 in / 512 out"):
+        compare(store, model="llama8b-random", out_dir=tmp_path / "r", workload=(1024, 128))
+    assert parse_workload("4096/512") == (4096, 512) == parse_workload("4096x512")
+    with pytest.raises(UsageError, match="give e.g. --workload 512/256"):
+        parse_workload("long")
