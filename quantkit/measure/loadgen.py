@@ -216,6 +216,9 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
     with tempfile.TemporaryDirectory(prefix="quantkit-loadgen-") as tmp:
         schedule = client.SharedSchedule.create(os.path.join(tmp, "schedule"))
         procs: list[subprocess.Popen] = []
+        readers = [FinishedReader(os.path.join(tmp, f"finished-{w}")) for w in range(len(jobs))] if stop_when else []
+        for job, reader in zip(jobs, readers):
+            job.finished_path = reader.path
         try:
             for w, job in enumerate(jobs):
                 err = open(os.path.join(tmp, f"worker-{w}.err"), "wb")
@@ -234,8 +237,14 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
                 pickle.dump(("go", t0), proc.stdin)
                 proc.stdin.flush()
             watchers = [asyncio.create_task(_watch(alive, schedule.stop))]
-            if stop_when is not None:  # the workers' requests are theirs until the end: none seen here
-                watchers.append(asyncio.create_task(_stop_watch(stop_when, list, t0, schedule.halt, reason)))
+            if stop_when is not None:  # the requests every worker finished so far, from their files
+                seen: list[RequestResult] = []
+
+                def finished() -> list[RequestResult]:
+                    seen.extend(to_result(raw, t0) for reader in readers for raw in reader.read())
+                    return seen
+
+                watchers.append(asyncio.create_task(_stop_watch(stop_when, finished, t0, schedule.halt, reason)))
             try:
                 messages = await asyncio.gather(*(asyncio.to_thread(_recv, proc, tmp, w)
                                                   for w, proc in enumerate(procs)))
@@ -256,6 +265,31 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
                         proc.kill()
                         proc.wait()
             schedule.close()
+
+
+class FinishedReader:
+    """A worker's finished requests (pickled Raws appended to a file), read as far as written."""
+
+    def __init__(self, path: str):
+        self.path, self.offset = path, 0
+
+    def read(self) -> list[Raw]:
+        """The Raws written since the last call."""
+        import pickle
+
+        new: list[Raw] = []
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                while True:
+                    try:
+                        new.append(pickle.load(f))
+                    except (EOFError, pickle.UnpicklingError, ValueError):
+                        break  # the end, or a record still being written: read again next time
+                    self.offset = f.tell()
+        except FileNotFoundError:  # the worker has finished nothing yet
+            pass
+        return new
 
 
 def schedule_path(tmp: str) -> str:
