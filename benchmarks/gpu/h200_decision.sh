@@ -27,9 +27,10 @@
 # AGREE_C (B's concurrencies), SEED_STORE (an earlier session's results.db to resume from). A word
 # RECIPE:V in STEPS runs variant V of benchmarks/gpu/recipes/RECIPE.yaml, so one session can mix
 # workloads (e.g. STEPS="llama8b-decision-tuned:fp8 llama8b-long:baseline llama8b-long:fp8").
-# What 12-01 left (docs/reports/h200/decision-2026-12-01/README.md), e.g. for the next session:
-#   SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db STEPS="int8" ... start EPOCH
-#   then DECISION=llama8b-decision-tuned STEPS="fp8 baseline", DECISION=llama8b-long STEPS="baseline fp8"
+# What 12-01 left (docs/reports/h200/decision-2026-12-01-tuned-long/README.md), for the next session:
+#   SEED_STORE=docs/reports/h200/decision-2026-12-01-tuned-long/raw/results.db \
+#     STEPS="int8 llama8b-decision-tuned:baseline llama8b-long:int8" ... start EPOCH
+#   (the fp8 defaults re-measured beside its tuned trials; gptq/awq capacity need their conversions)
 set -uo pipefail
 Q=/tmp/qk
 mkdir -p $Q/logs $Q/res
