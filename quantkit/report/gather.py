@@ -123,7 +123,8 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     convert = stages.get("convert")
     bench = stages.get("bench")
     eval_ = stages.get("eval")
-    problems = [f"{r.kind} {r.status}: {r.error}" for r in stages.values() if r.status != "done"]
+    problems = [f"{r.kind} {r.status}" + (f": {r.error}" if r.error and r.error != r.status else "")
+                for r in stages.values() if r.status != "done"]  # not "capacity interrupted: interrupted"
     bench_result = bench.result if bench else None
     if bench is not None and bench.status != "done":
         # keep what finished: the points stored before the stage stopped

@@ -1,8 +1,9 @@
 """`quantkit compare` keeps capacities of different workloads apart (issue 19's two workloads).
 
-The store is the H200 session's own (docs/reports/h200/decision-2026-12-01/raw/results.db: bf16
+The store is the first H200 session's own (docs/reports/h200/decision-2026-12-01/raw/results.db: bf16
 and fp8 capacity at 512 in / 256 out); a long-context capacity of the baseline is added to a copy,
-as `quantkit run benchmarks/gpu/recipes/llama8b-long.yaml --only baseline` stores it.
+as `quantkit run benchmarks/gpu/recipes/llama8b-long.yaml --only baseline` stores it. The second
+session's store, with both workloads measured, gives the committed reports.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from quantkit.errors import UsageError
 from quantkit.report.gather import compare, parse_workload
 from quantkit.store import Store
 
-SEED = Path(__file__).resolve().parents[2] / "docs/reports/h200/decision-2026-12-01/raw/results.db"
+REPORTS = Path(__file__).resolve().parents[2] / "docs/reports/h200"
+SEED = REPORTS / "decision-2026-12-01/raw/results.db"
 
 
 @pytest.fixture
@@ -65,3 +67,15 @@ def test_an_unmeasured_workload_is_a_one_line_error(store, tmp_path):
     assert parse_workload("4096/512") == (4096, 512) == parse_workload("4096x512")
     with pytest.raises(UsageError, match="give e.g. --workload 512/256"):
         parse_workload("long")
+
+
+def test_the_second_sessions_store_gives_its_two_decisions(tmp_path):
+    shutil.copy(REPORTS / "decision-2026-12-01-tuned-long/raw/results.db", tmp_path / "results.db")
+    with Store(tmp_path / "results.db") as store:
+        short = compare(store, model="llama8b-random", out_dir=tmp_path / "512", workload=(512, 256))
+        long = compare(store, model="llama8b-random", out_dir=tmp_path / "4096", workload=(4096, 512))
+    assert rows(long)["baseline"].capacity.load == 9 and rows(long)["fp8"].capacity.load == 14
+    assert long["report"].decision.ratio_vs_baseline == pytest.approx(3.448 / 2.057, rel=0.01)
+    assert rows(short)["fp8"].capacity.load == 111 and rows(short)["fp8"].capacity_tuned.load == 111  # defaults kept
+    # int8's capacity was stopped at the session's deadline: said once, not "interrupted: interrupted"
+    assert rows(short)["int8"].error == "capacity interrupted"
