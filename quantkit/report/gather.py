@@ -79,7 +79,9 @@ def pick_workload(records: list[Record], wanted: tuple | None) -> tuple[list[Rec
     if not seen:
         return records, []
     chosen = matching[0] if matching else None  # None: this recipe's workload has no finished capacity
-    kept = [r for r in records if r.kind not in MEASURED or workload_of(r) in (chosen, None)]
+    # a recipe's own workload keeps its unfinished records (a failed capacity shows as failed)
+    target = chosen if chosen is not None else tuple(wanted) if wanted is not None else None
+    kept = [r for r in records if r.kind not in MEASURED or workload_of(r) in (target, None)]
     others = [w for w in seen if w != chosen]
     if not others:
         return kept, []

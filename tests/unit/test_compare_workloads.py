@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.report.gather import compare, parse_workload
+from quantkit.report.gather import compare, parse_workload, pick_workload, workload_of
 from quantkit.store import Store
 
 REPORTS = Path(__file__).resolve().parents[2] / "docs/reports/h200"
@@ -79,3 +79,16 @@ def test_the_second_sessions_store_gives_its_two_decisions(tmp_path):
     assert rows(short)["fp8"].capacity.load == 111 and rows(short)["fp8"].capacity_tuned.load == 111  # defaults kept
     # int8's capacity was stopped at the session's deadline: said once, not "interrupted: interrupted"
     assert rows(short)["int8"].error == "capacity interrupted"
+
+
+def test_a_recipes_workload_without_a_finished_capacity_keeps_its_failed_record(tmp_path):
+    shutil.copy(REPORTS / "decision-2026-12-01-tuned-long/raw/results.db", tmp_path / "results.db")
+    with Store(tmp_path / "results.db") as store:
+        capacities = store.records(kind="capacity")
+    # int8's 512/256 capacity was interrupted; beside it, the long-context capacities that finished
+    (int8,) = [r for r in capacities if r.variant == "int8"]
+    long = [r for r in capacities if r.status == "done" and workload_of(r)[1] == 4096]
+    kept, notes = pick_workload([int8, *long], workload_of(int8))  # as int8's recipe asks for its report
+    assert kept == [int8]  # shown as interrupted, not dropped, and no long-context figure in its place
+    assert notes == ["no capacity of this workload is stored; also measured: 4096 in / 512 out under "
+                     "ttft_p95=1,tpot_p95=0.05 (`quantkit compare --workload IN/OUT` shows one of them)"]
