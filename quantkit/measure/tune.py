@@ -259,7 +259,7 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
                 # too), or quantkit's client was limited there: no trusted figure, bound "client"
                 out.update(value=0.0, bound=probe.bound, capacity=None)
                 if probe.search is not None and probe.search.reason == "untrusted":
-                    out["error"] = "no trusted capacity: " + probe.summary()
+                    out["error"] = "no trusted capacity: " + probe.summary().removeprefix("no capacity: ")
             elif should_prune(out["probe"]):
                 out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
             else:

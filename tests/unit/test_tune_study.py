@@ -111,7 +111,7 @@ def test_a_base_configuration_without_a_trusted_capacity_gives_no_gain_and_says_
     def run_trial(model_dir, config, slo, settings, capacity, prompts, should_prune, **kw):
         if config.max_num_seqs is None and config.max_num_batched_tokens is None:
             return {"state": "complete", "value": 0.0, "points": 1, "startup_s": 1.0, "seconds": 2.0,
-                    "error": "no trusted capacity: no capacity: the point at concurrency 1 was limited by "
+                    "error": "no trusted capacity: the point at concurrency 1 was limited by "
                              "quantkit's client, not the server, so it decides nothing"}
         return inner(model_dir, config, slo, settings, capacity, prompts, should_prune, **kw)
 
