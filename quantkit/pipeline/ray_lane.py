@@ -15,6 +15,8 @@ checkpoint exists on its node.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -79,6 +81,7 @@ def run_variant(ctx: RunContext, lane: Lane, actor, store_path: str, driver_vers
     import ray
 
     started = time.time()
+    interruptible()
     store = RemoteStore(actor, lane.label, store_path)
     ray.get(actor.lane_started.remote(lane.label, store.node))
     if __version__ != driver_version:
@@ -94,6 +97,16 @@ def run_variant(ctx: RunContext, lane: Lane, actor, store_path: str, driver_vers
     summary = RunSummary(recipe="", model=ctx.model.name)
     run_lane(ctx, lane, store, summary)
     return {"outcomes": summary.outcomes, "started": started, "ended": time.time()}
+
+
+def interruptible() -> None:
+    """Ray cancels a running task with `_thread.interrupt_main()`, which does nothing where SIGINT
+    is ignored. A worker of a cluster started from a background shell (`ray start ... &`, CI)
+    inherits SIGINT ignored and would run its lane on through Ctrl-C; the lane takes Python's
+    default back, so the cancel reaches it as KeyboardInterrupt (its server stops, its records
+    say interrupted)."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def node_facts() -> dict[str, Any]:

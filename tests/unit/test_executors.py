@@ -129,3 +129,23 @@ def test_lane_view_json_events(capsys):
     assert (row.stage, row.status, row.node, row.last) == ("bench", "running", "n1", "c=1: 2.0 tok/s")
     assert view.rows["baseline"].status == "queued"
     assert [c.header for c in view.table().columns] == ["variant", "stage", "status", "node", "elapsed", "last"]
+
+
+def test_a_lane_on_a_worker_that_ignores_sigint_can_still_be_cancelled():
+    """Ray cancels a running task with `_thread.interrupt_main()`, a no-op where SIGINT is ignored
+    (a worker of a cluster started from a background shell): the lane restores Python's default."""
+    import signal
+    import subprocess
+    import sys
+
+    code = ("import _thread, signal, time\n"
+            "from quantkit.pipeline.ray_lane import interruptible\n"
+            "assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN\n"
+            "interruptible()\n"
+            "try:\n"
+            "    _thread.interrupt_main(); time.sleep(5); print('not interrupted')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.stdout.strip() == "interrupted", proc.stderr
