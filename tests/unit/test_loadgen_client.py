@@ -212,3 +212,22 @@ def test_a_signal_during_the_loop_cancels_it_then_reaches_the_programs_handler()
         assert signal.getsignal(signal.SIGINT) is handler  # the program's handler is back
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("written, said", [
+    (b"\x80\x05\x8c\x02\xff\xfe.", "sent a report that could not be read (UnicodeDecodeError"),  # a corrupt report
+    (b"", "exited (0)"),  # nothing before the end of the stream
+])
+def test_a_worker_report_that_cannot_be_read_fails_the_point_with_its_reason(tmp_path, written, said):
+    """The parent never raises a traceback for a worker's stream; the point fails with the reason."""
+    import subprocess
+    import sys
+
+    from quantkit.measure.loadgen import _recv
+
+    (tmp_path / "worker-0.err").write_text("the worker's last line\n")
+    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdout.buffer.write({written!r})"],
+                            stdout=subprocess.PIPE)
+    status, reason = _recv(proc, str(tmp_path), 0)
+    proc.stdout.close()
+    assert status == "failed" and said in reason and reason.endswith(": the worker's last line"), reason
