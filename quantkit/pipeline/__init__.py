@@ -80,7 +80,6 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
 
 def _workload(plan) -> tuple | None:
     """The recipe's capacity workload, so that its report compares capacities of this workload only."""
-    if not plan.slo:
-        return None
-    c = plan.capacity
-    return (c.profile, c.input_len, c.output_len, plan.slo)
+    from ..report.gather import workload_from
+
+    return workload_from(plan.capacity.model_dump(), plan.slo) if plan.slo else None

@@ -35,13 +35,18 @@ MEASURED = ("capacity", "tune")  # compared within one workload only
 Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 
 
+def workload_from(capacity: dict[str, Any], slo: str | None) -> Workload:
+    """The workload of capacity settings (as stored: `CapacitySettings.model_dump()`) under an SLO."""
+    return (capacity.get("profile", "concurrency"), capacity.get("input_len"), capacity.get("output_len"), slo)
+
+
 def workload_of(record: Record) -> Workload | None:
     """A capacity or tune record's workload; None for a tune stored before tune records named it."""
     params = record.params or {}
     cap = params.get("capacity") or {}
     if record.kind not in MEASURED or "input_len" not in cap:
         return None
-    return (cap.get("profile", "concurrency"), cap.get("input_len"), cap.get("output_len"), params.get("slo"))
+    return workload_from(cap, params.get("slo"))
 
 
 def workload_text(w: Workload) -> str:
