@@ -202,7 +202,11 @@ def library_output(what: str) -> Iterator[None]:
     if verbose():
         read_end, write_end = os.pipe()
         target = write_end
-        pump = threading.Thread(target=_tee, args=(read_end, log, saved_err), daemon=True)
+        # the pump owns its own copies of the log and the terminal: a child the library started
+        # may hold the pipe open past the join below, and the pump must then never write to an
+        # fd number this function has closed (it may already be someone else's pipe)
+        pump = threading.Thread(target=_tee, args=(read_end, open(path, "ab", buffering=0), os.dup(saved_err)),
+                                daemon=True)
         pump.start()
     else:
         target = log.fileno()
@@ -239,10 +243,15 @@ def library_output(what: str) -> Iterator[None]:
 
 
 def _tee(read_end: int, log, terminal_fd: int) -> None:
-    with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        for chunk in iter(lambda: pipe.read(65536), b""):
-            log.write(chunk)
-            os.write(terminal_fd, chunk)
+    """Copy the library's output to the log and the terminal until every writer has closed it;
+    closes what it was given."""
+    try:
+        with os.fdopen(read_end, "rb", buffering=0) as pipe, log:
+            for chunk in iter(lambda: pipe.read(65536), b""):
+                log.write(chunk)
+                os.write(terminal_fd, chunk)
+    finally:
+        os.close(terminal_fd)
 
 
 def to_jsonable(value: Any) -> Any:

@@ -21,6 +21,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def free_ports(n: int, host: str = "127.0.0.1", avoid: set[int] = frozenset()) -> list[int]:
+    """n different free ports: every socket is held open until all are chosen, because one
+    `free_port()` after another may hand out the same port twice (it is free again once closed)."""
+    held: list[socket.socket] = []
+    skipped: list[socket.socket] = []  # held too, so the kernel does not offer them again
+    try:
+        while len(held) < n:
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((host, 0))
+            (skipped if s.getsockname()[1] in avoid else held).append(s)
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held + skipped:
+            s.close()
+
+
 def check_port(port: int, host: str = "127.0.0.1") -> None:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:

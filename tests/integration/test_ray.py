@@ -28,7 +28,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from quantkit.serve.env import free_port
+from quantkit.serve.env import free_ports
 from quantkit.store import Store
 
 pytestmark = pytest.mark.integration
@@ -47,23 +47,42 @@ class LoopbackCluster:
         # shared with other work that would be their doing, not this test's; off here
         self.env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token), "RAY_USAGE_STATS_ENABLED": "0",
                     "RAY_enable_metrics_collection": "0", "RAY_memory_monitor_refresh_ms": "0"}
-        self.port = free_port()
+        # every port of both nodes differs from every other: CI once gave node2 the same port for
+        # its object manager and its dashboard agent, and `ray start` failed
+        self.taken: set[int] = set()
+        self.port = self.claim(1)[0]
         self.address = f"127.0.0.1:{self.port}"
+
+    def claim(self, n: int) -> list[int]:
+        ports = free_ports(n, avoid=self.taken)
+        self.taken.update(ports)
+        return ports
 
     def ports(self) -> list[str]:
         names = ("--node-manager-port", "--object-manager-port", "--runtime-env-agent-port",
                  "--dashboard-agent-grpc-port", "--dashboard-agent-listen-port", "--metrics-export-port")
-        args = [a for name in names for a in (name, str(free_port()))]
-        return args + ["--worker-port-list", ",".join(str(free_port()) for _ in range(24))]
+        args = [a for name, port in zip(names, self.claim(len(names))) for a in (name, str(port))]
+        return args + ["--worker-port-list", ",".join(map(str, self.claim(24)))]
 
     def start_node(self, name: str) -> None:
-        where = (["--head", "--port", str(self.port), "--include-dashboard", "false", "--dashboard-port", str(free_port())]
-                 if name == "head" else ["--address", self.address])
         (self.root / name).mkdir(exist_ok=True)
-        subprocess.run([str(RAY), "start", *where, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-                        "--resources", '{"lane": 1}', "--temp-dir", str(self.root / name), "--disable-usage-stats",
-                        "--object-store-memory", str(200 * 2**20),  # records and points are small
-                        *self.ports()], env={**os.environ, **self.env}, check=True, capture_output=True, timeout=180)
+        for attempt in (1, 2):  # a chosen port can still be taken by someone else before Ray binds it
+            if name == "head" and attempt == 2:
+                self.port = self.claim(1)[0]
+                self.address = f"127.0.0.1:{self.port}"
+            where = (["--head", "--port", str(self.port), "--include-dashboard", "false",
+                      "--dashboard-port", str(self.claim(1)[0])] if name == "head" else ["--address", self.address])
+            run = subprocess.run([str(RAY), "start", *where, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+                                  "--resources", '{"lane": 1}', "--temp-dir", str(self.root / name),
+                                  "--disable-usage-stats",
+                                  "--object-store-memory", str(200 * 2**20),  # records and points are small
+                                  *self.ports()], env={**os.environ, **self.env}, capture_output=True, text=True,
+                                 timeout=180)
+            if run.returncode == 0:
+                return
+            self.kill(self.processes(str(self.root / name)))  # what the failed start left behind
+        raise RuntimeError(f"`ray start` for {name} failed twice (exit {run.returncode}):\n"
+                           f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
 
     def processes(self, marker: str | None = None) -> list[psutil.Process]:
         """Every live process of this cluster (or, with marker, those whose cmdline has it)."""
@@ -92,8 +111,11 @@ class LoopbackCluster:
                 p.kill()
 
     def stop(self) -> None:
-        procs = self.processes()
-        for p in procs:
+        self.kill(self.processes())
+
+    @staticmethod
+    def kill(procs: list[psutil.Process]) -> None:
+        for p in list(procs):
             try:
                 procs.extend(c for c in p.children(recursive=True) if c not in procs)
             except psutil.NoSuchProcess:

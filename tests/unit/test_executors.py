@@ -51,6 +51,20 @@ def test_an_address_that_answers_nothing_fails_at_once():
         reachable("headnode")
 
 
+def test_free_ports_are_distinct_and_avoid_the_ones_taken():
+    import socket
+
+    from quantkit.serve.env import free_ports
+
+    first = free_ports(40)
+    assert len(set(first)) == 40
+    again = free_ports(40, avoid=set(first))
+    assert len(set(again)) == 40 and not set(again) & set(first)
+    for port in first[:3]:  # each one is free: it can be bound
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
 def test_lane_nodes_refuses_a_lane_no_node_can_hold():
     nodes = [{"NodeID": "a", "Resources": {"CPU": 8.0, "GPU": 1.0, "memory": 64e9, "node:1.2.3.4": 1.0}},
              {"NodeID": "b", "Resources": {"CPU": 8.0, "GPU": 4.0, "memory": 64e9, "lane": 1.0}}]
