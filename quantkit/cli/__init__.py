@@ -51,6 +51,21 @@ from . import push as _push  # noqa: E402,F401
 from . import admin as _admin  # noqa: E402,F401
 
 
+_STACK_STREAM = None
+
+
+def _stacks_on_sigusr1() -> None:
+    """`kill -USR1 <pid>` prints every thread's stack to the terminal, and the run goes on: the
+    way to see where a long run (or a stuck one) is. A copy of fd 2 is kept for it because a
+    library call routes fd 2 to the run's log while it runs."""
+    global _STACK_STREAM
+    import faulthandler
+
+    if hasattr(signal, "SIGUSR1") and _STACK_STREAM is None:
+        _STACK_STREAM = os.fdopen(os.dup(2), "w")
+        faulthandler.register(signal.SIGUSR1, file=_STACK_STREAM, all_threads=True)
+
+
 def main() -> None:
     """The console script: signals take the clean-up path; usage errors are one line (exit 2)."""
     # typer 0.29 (pinned) vendors click as typer._click: its parser raises these, not click's
@@ -58,6 +73,7 @@ def main() -> None:
 
     signal.signal(signal.SIGTERM, interrupt_handler)
     signal.signal(signal.SIGINT, interrupt_handler)
+    _stacks_on_sigusr1()
     try:
         code = app(standalone_mode=False)
     except click.NoArgsIsHelpError as exc:

@@ -363,7 +363,10 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                 semaphore = asyncio.Semaphore(job.slots)
                 tasks = [asyncio.ensure_future(scheduled(i, semaphore)) for i in job.indices or []]
             watcher = asyncio.ensure_future(halt_watch(tasks)) if halted is not None else None
-            await asyncio.gather(*tasks, return_exceptions=True)  # a cancelled slot ends its share
+            outcomes = await asyncio.gather(*tasks, return_exceptions=True)  # a cancelled slot ends its share
+            broken = [o for o in outcomes if isinstance(o, Exception)]  # CancelledError is not one
+            if broken:  # a slot that broke (its callbacks) must fail the point, never end it short
+                raise broken[0]
             if watcher is not None:
                 watcher.cancel()
             if job.offsets is None and halted is not None and halted():
@@ -421,23 +424,21 @@ class SharedSchedule:
 
 
 def main() -> None:
-    """A worker process: read its Job (pickle on stdin), say ready, wait for the common start time,
-    run, write the report (pickle on stdout)."""
+    """A worker process, `python -m quantkit.measure.client SCHEDULE JOB REPORT`: read its Job
+    from the JOB file, say ready on stdout, wait for the common start time on stdin, run, and
+    leave the report in the REPORT file (`wire` messages all; the large ones go through files)."""
     import pickle
     import sys
 
+    from . import wire
+
     schedule = SharedSchedule(sys.argv[1])
+    job, report_path = wire.read_file(sys.argv[2]), sys.argv[3]
     read, write = sys.stdin.buffer, sys.stdout.buffer
 
-    def send(obj) -> None:
-        pickle.dump(obj, write, protocol=pickle.HIGHEST_PROTOCOL)
-        write.flush()
-
-    job = pickle.load(read)
-
     async def ready() -> float:
-        send(("ready", os.getpid()))
-        message, t0 = await asyncio.to_thread(pickle.load, read)
+        wire.send(write, ("ready", os.getpid()))
+        message, t0 = await asyncio.to_thread(wire.receive, read)
         if message != "go":
             raise SystemExit(0)
         return t0
@@ -453,10 +454,10 @@ def main() -> None:
     try:
         report = run_loop(run_job(job, None, schedule.take, schedule.stopped, ready=ready, halted=schedule.halted,
                                   on_done=done if finished is not None else None))
-    except BaseException as exc:  # the parent must hear why, not hang
-        send(("failed", f"{type(exc).__name__}: {exc}"))
+    except BaseException as exc:  # the parent must hear why
+        wire.write_file(report_path, ("failed", f"{type(exc).__name__}: {exc}"))
         raise
-    send(("done", report))
+    wire.write_file(report_path, ("done", report))
 
 
 if __name__ == "__main__":

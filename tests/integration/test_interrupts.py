@@ -38,8 +38,10 @@ def shared(smollm2_dir, tmp_path_factory):
 
 def start(args: list[str], home: Path, log: Path, **extra_env: str) -> subprocess.Popen:
     env = {**os.environ, "QUANTKIT_HOME": str(home), "COLUMNS": "200", "NO_COLOR": "1", **extra_env}
-    return subprocess.Popen([sys.executable, "-m", "quantkit", *map(str, args)], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "quantkit", *map(str, args)], stdout=subprocess.PIPE,
                             stderr=log.open("w"), env=env, text=True)
+    proc.log = log  # interrupt() shows it, stacks and all, if the process does not exit
+    return proc
 
 
 def wait_for(log: Path, text: str, proc: subprocess.Popen, timeout: float = 600) -> None:
@@ -72,7 +74,15 @@ def all_gone(procs: list[psutil.Process], timeout: float) -> bool:
 def interrupt(proc: subprocess.Popen, sig: int, timeout: float = 120) -> tuple[int, float]:
     sent = time.monotonic()
     proc.send_signal(sig)
-    proc.communicate(timeout=timeout)
+    try:
+        proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # where it is stuck: quantkit prints every thread's stack on SIGUSR1 (to the test's log)
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(3)
+        log = getattr(proc, "log", None)
+        raise AssertionError(f"did not exit within {timeout:.0f} s of signal {sig}; its stderr, stacks last:\n"
+                             + (log.read_text()[-12000:] if log else "(not kept)")) from None
     return proc.returncode, time.monotonic() - sent
 
 

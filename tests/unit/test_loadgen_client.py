@@ -214,8 +214,23 @@ def test_a_signal_during_the_loop_cancels_it_then_reaches_the_programs_handler()
         signal.signal(signal.SIGINT, previous)
 
 
+def _message(obj, damage=None) -> bytes:
+    import io
+
+    from quantkit.measure import wire
+
+    out = io.BytesIO()
+    wire.send(out, obj)
+    data = bytearray(out.getvalue())
+    if damage is not None:
+        data[damage] ^= 0xFF
+    return bytes(data)
+
+
 @pytest.mark.parametrize("written, said", [
-    (b"\x80\x05\x8c\x02\xff\xfe.", "sent a report that could not be read (UnicodeDecodeError"),  # a corrupt report
+    (_message(("done", list(range(50_000))), damage=-7), "arrived damaged (CRC-32"),  # bytes changed on the way
+    (_message(("done", list(range(50_000))))[:70_000], "ended after 69984 of"),  # cut short
+    (__import__("pickle").dumps(("done", list(range(100)))), "something else wrote to the stream"),  # a bare pickle
     (b"", "exited (0)"),  # nothing before the end of the stream
 ])
 def test_a_worker_report_that_cannot_be_read_fails_the_point_with_its_reason(tmp_path, written, said):
@@ -226,8 +241,76 @@ def test_a_worker_report_that_cannot_be_read_fails_the_point_with_its_reason(tmp
     from quantkit.measure.loadgen import _recv
 
     (tmp_path / "worker-0.err").write_text("the worker's last line\n")
-    proc = subprocess.Popen([sys.executable, "-c", f"import sys; sys.stdout.buffer.write({written!r})"],
-                            stdout=subprocess.PIPE)
+    (tmp_path / "stream").write_bytes(written)
+    proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdout.buffer.write(open(sys.argv[1], 'rb').read())",
+                             str(tmp_path / "stream")], stdout=subprocess.PIPE)
     status, reason = _recv(proc, str(tmp_path), 0)
     proc.stdout.close()
     assert status == "failed" and said in reason and reason.endswith(": the worker's last line"), reason
+
+
+def test_a_worker_still_writing_a_report_that_does_not_check_is_killed_not_waited_for(tmp_path):
+    """The H200 hang: the parent gave up on a stream while the worker was still writing it, then
+    waited for a worker that waited for it. Now the worker gets 5 s, then is killed."""
+    import subprocess
+    import sys
+    import time
+
+    from quantkit.measure.loadgen import _recv
+
+    (tmp_path / "worker-0.err").write_text("")
+    writer = "import sys, time; sys.stdout.buffer.write(b'XXXX' + bytes(1 << 20)); time.sleep(120)"
+    proc = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE)
+    started = time.monotonic()
+    status, reason = _recv(proc, str(tmp_path), 0)
+    proc.stdout.close()
+    assert status == "failed" and "something else wrote to the stream" in reason, reason
+    assert time.monotonic() - started < 30 and proc.returncode is not None
+
+
+@pytest.mark.parametrize("left, said", [
+    (None, "left no report; exit code 3: the worker's last line"),
+    (_message(("done", list(range(50_000))), damage=100), "left a report that could not be read (WireError: "
+                                                           "a message of"),
+])
+def test_a_worker_without_a_whole_report_fails_the_point_with_its_reason(tmp_path, left, said):
+    import subprocess
+    import sys
+
+    from quantkit.measure.loadgen import _report
+
+    (tmp_path / "worker-0.err").write_text("the worker's last line\n")
+    if left is not None:
+        (tmp_path / "report-0").write_bytes(left)
+    proc = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    status, reason = _report(proc, str(tmp_path), 0)
+    assert status == "failed" and said in reason, reason
+
+
+def test_a_report_file_round_trips(tmp_path):
+    from quantkit.measure import wire
+    from quantkit.measure.loadgen import _report
+    import subprocess
+    import sys
+
+    (tmp_path / "worker-0.err").write_text("")
+    wire.write_file(str(tmp_path / "report-0"), ("done", {"raws": list(range(100_000))}))
+    assert not (tmp_path / "report-0.partial").exists()
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    assert _report(proc, str(tmp_path), 0) == ("done", {"raws": list(range(100_000))})
+
+
+def test_a_slot_that_breaks_fails_the_job_instead_of_ending_it_short():
+    """A broken `on_done` (here a NameError) once ended each worker's share after its first
+    requests, and the point came back short with no error: it must raise."""
+    from quantkit.measure import client
+    from quantkit.serve.env import free_port
+
+    job = client.Job(url=f"http://127.0.0.1:{free_port()}/v1/completions", bodies=[b"{}"] * 20, slots=2,
+                     request_timeout=5.0)
+
+    def broken(raw):
+        raise NameError("name 'pickle' is not defined")
+
+    with pytest.raises(NameError, match="pickle"):
+        client.run_loop(client.run_job(job, None, client.Counter().take, lambda: False, on_done=broken))
