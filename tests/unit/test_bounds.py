@@ -75,3 +75,18 @@ def test_a_point_shorter_than_the_scrape_interval_is_unknown_not_compute():
     sm = {**c["point"]["server_metrics"], "samples": 2, "running": {**c["point"]["server_metrics"]["running"], "max": 0.0}}
     bound = classify({**c["point"], "server_metrics": sm}, c["serve_config"])
     assert bound.kind == "unknown" and "2 readings" in bound.evidence
+
+
+def test_slots_one_short_of_max_num_seqs_in_a_sampled_gauge_are_the_slots():
+    """CI: 8 streams on 4 slots, a 4-s point read once a second, saw at most 3 running; that is
+    the slot ceiling read between engine steps, not the token budget."""
+    from quantkit.measure.bounds import slots_reached
+
+    c = case("batch_slots")
+    sm = c["point"]["server_metrics"]
+    short = {**sm, "running": {**sm["running"], "max": 3.0, "mean": 2.6}}
+    bound = classify({**c["point"], "server_metrics": short}, {"max_num_seqs": 4})
+    assert bound.kind == "batch_slots" and "--max-num-seqs 4" in bound.evidence
+    half = {**sm, "running": {**sm["running"], "max": 2.0, "mean": 1.9}}
+    assert classify({**c["point"], "server_metrics": half}, {"max_num_seqs": 4}).kind == "token_budget"
+    assert [slots_reached(n) for n in (1, 2, 4, 10, 256)] == [1.0, 1.0, 3.0, 9.0, 230.0]
