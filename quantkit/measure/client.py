@@ -364,11 +364,11 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                 tasks = [asyncio.ensure_future(scheduled(i, semaphore)) for i in job.indices or []]
             watcher = asyncio.ensure_future(halt_watch(tasks)) if halted is not None else None
             outcomes = await asyncio.gather(*tasks, return_exceptions=True)  # a cancelled slot ends its share
+            if watcher is not None:
+                watcher.cancel()
             broken = [o for o in outcomes if isinstance(o, Exception)]  # CancelledError is not one
             if broken:  # a slot that broke (its callbacks) must fail the point, never end it short
                 raise broken[0]
-            if watcher is not None:
-                watcher.cancel()
             if job.offsets is None and halted is not None and halted():
                 while (i := take()) < n:  # what the cancelled slots never took: not sent, and said so
                     raws.append(Raw(index=i, start=time.perf_counter(), error=STOPPED))

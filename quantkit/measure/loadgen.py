@@ -215,17 +215,18 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
     from . import wire
 
     with tempfile.TemporaryDirectory(prefix="quantkit-loadgen-") as tmp:
-        schedule = client.SharedSchedule.create(os.path.join(tmp, "schedule"))
+        schedule = client.SharedSchedule.create(schedule_path(tmp))
         procs: list[subprocess.Popen] = []
         readers = [FinishedReader(os.path.join(tmp, f"finished-{w}")) for w in range(len(jobs))] if stop_when else []
         for job, reader in zip(jobs, readers):
             job.finished_path = reader.path
         try:
             for w, job in enumerate(jobs):
-                wire.write_file(os.path.join(tmp, f"job-{w}"), job)
+                job_path = os.path.join(tmp, f"job-{w}")
+                wire.write_file(job_path, job)
                 err = open(os.path.join(tmp, f"worker-{w}.err"), "wb")
                 proc = subprocess.Popen([sys.executable, "-m", "quantkit.measure.client", schedule_path(tmp),
-                                         os.path.join(tmp, f"job-{w}"), os.path.join(tmp, f"report-{w}")],
+                                         job_path, report_path(tmp, w)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
                 err.close()
                 procs.append(proc)
@@ -296,6 +297,10 @@ def schedule_path(tmp: str) -> str:
     return os.path.join(tmp, "schedule")
 
 
+def report_path(tmp: str, w: int) -> str:
+    return os.path.join(tmp, f"report-{w}")
+
+
 def _recv(proc, tmp: str, w: int):
     """A worker's handshake message ("ready") from its stdout pipe."""
     import subprocess
@@ -326,7 +331,7 @@ def _report(proc, tmp: str, w: int):
 
     proc.wait()
     try:
-        return wire.read_file(os.path.join(tmp, f"report-{w}"))
+        return wire.read_file(report_path(tmp, w))
     except Exception as exc:  # noqa: BLE001 - none, or one that cannot be read: the point fails with why
         what = ("left no report" if isinstance(exc, FileNotFoundError) else
                 f"left a report that could not be read ({type(exc).__name__}: {str(exc)[:160]})")
