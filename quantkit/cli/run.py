@@ -104,10 +104,13 @@ def compare(
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: average recovery at least this."),
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth-gbs", help="Device memory bandwidth for the batch-1 bound."),
     workload: Optional[str] = typer.Option(None, "--workload", help="Capacity of this workload, IN/OUT tokens (e.g. 4096/512); default: the newest measured."),
+    accuracy_from: Optional[str] = typer.Option(None, "--accuracy-from", help="Variants not evaluated take recovery and gates from this stored model's evals of the same methods (a proxy, said in the report)."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
-    """Write the precision-versus-throughput report (Markdown, HTML, JSON) from the store alone."""
+    """Write the precision-versus-throughput report (Markdown, HTML, JSON) from the store alone.
+
+    With --accuracy-from P, a model with random weights (speed only) is gated on P's accuracy."""
     from ..report.gather import compare as do_compare, parse_workload
     from ..store import Store
 
@@ -115,7 +118,8 @@ def compare(
         lengths = parse_workload(workload) if workload else None
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output, workload=lengths,
-                                gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth)
+                                gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth,
+                                accuracy_from=accuracy_from)
         decision = result["report"].decision
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
                 "gates_passed": result["gates_passed"], "gate_verdict": result["gate_verdict"],
@@ -124,7 +128,7 @@ def compare(
 
     def human(r):
         for v in r["variants"]:
-            verdict = r["verdicts"].get(v["name"], "")
+            verdict = r["verdicts"].get(v["name"], "") + (f" (from {v['accuracy_from']})" if v["accuracy_from"] else "")
             stdout.print(f"{v['name']:<12} {v['status']:<8} {verdict:<12} {v['error'] or ''}")
         if r["gate_verdict"] is not None:
             c = r["gate_counts"]

@@ -273,6 +273,13 @@ def compare_to_baseline(results: EvalRun, baseline_results: EvalRun, gates: Gate
     return report
 
 
+def recovery_of(eval_result: dict, baseline_eval: dict, gates: dict | None) -> dict:
+    """A RecoveryReport (JSON) of one stored eval against a stored baseline eval, gates judged but
+    not raised; UsageError when the two were not run on the same protocol."""
+    return compare_to_baseline(EvalRun.model_validate(eval_result), EvalRun.model_validate(baseline_eval),
+                               gates or None, raise_on_fail=False).model_dump(mode="json")
+
+
 def _estimate(r: TaskRecovery) -> Estimate:
     return Estimate(r.recovery, r.recovery_stderr, r.recovery_low, r.recovery_high, r.n_items or 0, r.method)
 

@@ -9,7 +9,8 @@ estimated from outside the records: a value that was not measured is None and pr
 Choices worth knowing:
 - "tok/s at the knee": the bench point at the knee the sweep found (`bench.knee.knee`); without a
   knee, the highest load measured that had a successful request ("highest" in the table).
-- The baseline's recovery is 1 by definition (it is the reference), when it has eval results.
+- The baseline's recovery is 1 by definition (it is the reference), when it has eval results
+  (its own, or its proxy's: `accuracy_from`).
 - The batch-1 decode bound: at concurrency 1 every decode step reads all weights once, so
   tok/s <= bandwidth / weight bytes. Size on disk stands in for the weight bytes (it also counts
   the tokenizer files and the embedding rows a token does not read; KV-cache reads are ignored):
@@ -50,6 +51,7 @@ class Variant(BaseModel):
     bench: dict | None = None  # a BenchRun JSON (quantkit/measure/bench.py)
     eval: dict | None = None  # an EvalRun JSON (quantkit/evals/results.py)
     recovery: dict | None = None  # a RecoveryReport JSON against the baseline
+    accuracy_from: str | None = None  # the model whose evals gave recovery and gate (a proxy: proxy.py)
     status: str = "done"  # "done" | "failed" | "partial"
     error: str | None = None  # why it failed (shown, never hidden)
     # Size of the checkpoint's files; needed for the baseline (it has no convert record).
@@ -148,6 +150,7 @@ class Row(BaseModel):
     # "reference" (the baseline), None (no recovery). `gates_passed` is the yes/no of it.
     gate: Literal["pass", "fail", "inconclusive", "no gates", "reference"] | None = None
     gate_detail: list[str] = Field(default_factory=list)
+    accuracy_from: str | None = None  # recovery and gate are this model's evals of the same method, not this one's
     bound: Bound = Field(default_factory=Bound)
     pareto: bool = False
     capacity: CapacityCell | None = None  # under the SLO, on the recipe's serve config (vLLM's defaults)
@@ -306,7 +309,7 @@ def _scores(v: Variant) -> tuple[list[TaskScore], float | None]:
 
 def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
     if v.recovery is None:
-        return ("reference", []) if baseline and v.eval else (None, [])
+        return ("reference", []) if baseline and (v.eval or v.accuracy_from) else (None, [])
     gates = [GateVerdict.model_validate(g) for g in v.recovery.get("gates") or []]
     if not gates:
         return "no gates", []
@@ -329,7 +332,7 @@ def _row(v: Variant) -> Row:
     rec = _num(recovery.get("mean_recovery"))
     rec_se = _num(recovery.get("mean_recovery_stderr"))
     rec_low, rec_high = _num(recovery.get("mean_recovery_low")), _num(recovery.get("mean_recovery_high"))
-    if baseline and v.recovery is None and any(s.higher_is_better for s in scores):
+    if baseline and v.recovery is None and (v.accuracy_from or any(s.higher_is_better for s in scores)):
         rec, rec_se = 1.0, None  # the reference: recovery against itself is 1 exactly
     gate, gate_detail = _gate(v, baseline)
     size = v.size_bytes if v.size_bytes is not None else (v.convert or {}).get("size_bytes")
@@ -351,7 +354,7 @@ def _row(v: Variant) -> Row:
         recovery=rec, recovery_stderr=rec_se, recovery_low=rec_low, recovery_high=rec_high,
         recovery_method=recovery.get("mean_method"),
         recovery_independent_stderr=_num(recovery.get("mean_independent_stderr")),
-        gate=gate, gate_detail=gate_detail, capacity=capacity, capacity_tuned=tuned,
+        gate=gate, gate_detail=gate_detail, accuracy_from=v.accuracy_from, capacity=capacity, capacity_tuned=tuned,
     )
 
 

@@ -5,7 +5,8 @@ tuning (`CapacityCell`, built from the stored capacity / tune records by `capaci
 - a candidate is a (variant, configuration) pair with a capacity under the SLO;
 - it is eligible when its accuracy gate passed (`pass`), it is the reference (the baseline), or no
   gate is set (`no gates`, said in the note); where no variant was evaluated at all, accuracy
-  does not decide and the note says so;
+  does not decide and the note says so; a gate taken from another model's evals of the same
+  method (`accuracy_from`, a proxy) decides like an own one, and the note says so;
 - the recommendation is the eligible candidate with the highest goodput at capacity (requests/s
   meeting the SLO). Goodputs within the search's tolerance of the highest are a tie (the
   measurement cannot tell them apart): the higher recovery wins, then the configuration with fewer
@@ -127,6 +128,7 @@ class Candidate(BaseModel):
     recovery_stderr: float | None = None
     gate: str | None = None
     gate_detail: list[str] = Field(default_factory=list)
+    accuracy_from: str | None = None  # recovery and gate are this model's (a proxy), not the checkpoint's
     size_bytes: int | None = None
     eligible: bool = False
     why_not: str | None = None
@@ -164,7 +166,7 @@ def decide(rows: list[Any]) -> Decision:
                 continue
             c = Candidate(variant=r.name, method=r.method, cell=cell, recovery=r.recovery,
                           recovery_stderr=r.recovery_stderr, gate=r.gate, gate_detail=r.gate_detail,
-                          size_bytes=r.size_bytes)
+                          accuracy_from=r.accuracy_from, size_bytes=r.size_bytes)
             if r.baseline and cell.config == "defaults":
                 baseline_cell = cell
             if cell.load is None and cell.reason == "untrusted":
@@ -185,6 +187,7 @@ def decide(rows: list[Any]) -> Decision:
         notes.append("no variant was evaluated for accuracy: the recommendation weighs capacity alone")
     elif any(c.gate == "no gates" for c in candidates if c.eligible):
         notes.append("no accuracy gate is set: every evaluated variant counts as passing")
+    notes += _proxy_notes(candidates)
     slos = {c.cell.slo for c in candidates}
     if len(slos) > 1:
         notes.append(f"capacities were measured under different SLOs ({'; '.join(sorted(slos))}): not comparable")
@@ -204,7 +207,8 @@ def decide(rows: list[Any]) -> Decision:
         flags = (f"vLLM's defaults ({' '.join(best.cell.serve_args)})" if best.cell.config == "defaults"
                  and best.cell.serve_args else " ".join(best.cell.serve_args) or "vLLM's defaults")
         rec = "" if best.recovery is None else f", recovery {best.recovery:.3f}" + (
-            f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "")
+            f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "") + (
+            f" (from {best.accuracy_from})" if best.accuracy_from else "")
         summary = (f"deploy {best.variant} ({best.method}) {'on' if flags.startswith('vLLM') else 'with'} {flags}: {best.cell.goodput:.2f} requests/s "
                    f"within {best.cell.slo} at {best.cell.load_text()}, {versus}{rec}"
                    + (f"; bound: {best.cell.bound}" if best.cell.bound else ""))
@@ -231,6 +235,21 @@ def decide(rows: list[Any]) -> Decision:
     return Decision(status="none_meets_slo", slo=slo, closest=closest, blocker=blocker, baseline=baseline_cell,
                     candidates=candidates, notes=notes,
                     summary=f"nothing meets the SLO {slo}; the closest is {closest.variant} ({closest.cell.label}): {blocker}")
+
+
+def _proxy_notes(candidates: list[Candidate]) -> list[str]:
+    """Say where accuracy came from another model's evals (`quantkit compare --accuracy-from`)."""
+    notes = []
+    for proxy in sorted({c.accuracy_from for c in candidates if c.accuracy_from}):
+        names = list(dict.fromkeys(c.variant for c in candidates if c.accuracy_from == proxy and c.gate != "reference"))
+        if names:
+            notes.append(f"accuracy: {', '.join(names)} {'was' if len(names) == 1 else 'were'} not evaluated on these "
+                         f"checkpoints; recovery and gates are {proxy}'s, for the same methods (its own conversions, "
+                         "a proxy, not a measurement of these checkpoints)")
+        else:
+            notes.append(f"accuracy: only the baseline's reference comes from {proxy}'s evals; {proxy} evaluated "
+                         "none of the other variants here, so none of them is eligible")
+    return notes
 
 
 def _lowest_margin(cell: CapacityCell) -> float:

@@ -6,7 +6,8 @@ report's `Variant` (the card's evidence uses it too); `compare` builds and write
 Per variant (baseline first, then methods in the order first stored) the newest `done` record of
 each stage is used; a stage that only failed or was interrupted makes the variant `failed` /
 `partial` with its reason, and a bench that stopped early still contributes the points it
-stored. Recovery and gates are derived here from the stored eval scores.
+stored. Recovery and gates are derived here from the stored eval scores (or, with
+`accuracy_from`, another model's: proxy.py).
 
 Capacity and tune records are compared only within one workload (prompt and output lengths, load
 profile, SLO): a model measured at 512/256 and at 4,096/512 has two decisions, not one mixed
@@ -24,8 +25,7 @@ from typing import Any
 from ..checkpoint import RECORD_FILE, method_of, weight_bytes
 from ..errors import UsageError
 from ..models import BUILTIN_PROVENANCE
-from ..evals.gates import VERDICTS, GateVerdict, compare_to_baseline, overall_verdict
-from ..evals.results import EvalRun
+from ..evals.gates import VERDICTS, GateVerdict, overall_verdict, recovery_of
 from ..store import Record, Store
 from .build import Variant, build_report
 
@@ -143,8 +143,7 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     recovery = None
     if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != "baseline":
         try:
-            recovery = compare_to_baseline(EvalRun.model_validate(eval_.result), EvalRun.model_validate(baseline_eval),
-                                           gates or None, raise_on_fail=False).model_dump(mode="json")
+            recovery = recovery_of(eval_.result, baseline_eval, gates)
         except UsageError as exc:
             problems.append(f"recovery: {exc.message}")
     capacity, tune = stages.get("capacity"), stages.get("tune")
@@ -187,7 +186,8 @@ def environment(variants: list[Any]) -> dict[str, Any]:
 
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
-            workload: tuple | None = None) -> dict[str, Any]:
+            workload: tuple | None = None, accuracy_from: str | None = None) -> dict[str, Any]:
+    from .proxy import borrow_accuracy
     from .render import write_report
 
     model, by_variant, notes = gather(store, model, keys, workload)
@@ -195,6 +195,8 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     baseline_eval = base.result if base is not None and base.status == "done" else None
     gates = {k: v for k, v in (gates or {}).items() if v}
     variants = [variant_of(store, name, stages, baseline_eval, gates) for name, stages in by_variant.items()]
+    if accuracy_from:
+        notes = notes + borrow_accuracy(store, model, accuracy_from, variants, gates)
     recipe_hashes = sorted({s.recipe_hash for st in by_variant.values() for s in st.values() if s.recipe_hash})
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
                           recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs,
@@ -209,7 +211,8 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     return {"model": model, "paths": paths, "report": report,
             "gates_passed": (overall_verdict(list(gated.values())) == "pass") if gated else None,
             "gate_verdict": overall_verdict(list(gated.values())), "verdicts": gated, "gate_counts": counts,
-            "variants": [{"name": v.name, "status": v.status, "error": v.error} for v in variants]}
+            "variants": [{"name": v.name, "status": v.status, "error": v.error, "accuracy_from": v.accuracy_from}
+                         for v in variants]}
 
 
 def baseline_provenance(model: str | None, variants: list[Variant]) -> str | None:

@@ -89,6 +89,10 @@ def _score(s: TaskScore | None) -> str:
     return fmt_pm(s.value, s.stderr) if s else DASH
 
 
+def from_proxy(row: Any) -> str:
+    """` (from P)` after a recovery that is another model's evals (a Row or a decision Candidate)."""
+    return f" (from {row.accuracy_from})" if row.accuracy_from else ""
+
 
 def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | None]]:
     """(title, header, rows, caption) for every table; both renderers print exactly these."""
@@ -121,8 +125,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}
-        recovery = (fmt_ci(r.recovery, r.recovery_low, r.recovery_high) if r.gate != "reference"
-                    else fmt_pm(r.recovery, None) + " (reference)")
+        recovery = (fmt_ci(r.recovery, r.recovery_low, r.recovery_high) + from_proxy(r) if r.gate != "reference"
+                    else fmt_pm(r.recovery, None) + f" (reference{', from ' + r.accuracy_from if r.accuracy_from else ''})")
         gate = r.gate or DASH
         if r.gate in ("fail", "inconclusive"):
             gate += ": " + "; ".join(d.removesuffix(f": {r.gate}") for d in r.gate_detail if d.endswith(f": {r.gate}"))
@@ -196,7 +200,8 @@ def capacity_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], st
         elif r.capacity_tuned is not None and r.capacity_tuned.serve_args:
             tuned += f" with {' '.join(r.capacity_tuned.serve_args)}"
         out.append([r.name, cell_text(r.capacity), tuned,
-                    fmt_pm(r.recovery, r.recovery_stderr) if r.recovery is not None else DASH, r.gate or DASH, bound])
+                    fmt_pm(r.recovery, r.recovery_stderr) + from_proxy(r) if r.recovery is not None else DASH,
+                    r.gate or DASH, bound])
     if not out:
         return None
     slo = next((c.slo for r in rows for c in (r.capacity, r.capacity_tuned) if c is not None), "")
@@ -221,8 +226,8 @@ def decision_lines(report: Report) -> list[str]:
         if d.ratio_vs_baseline is not None:
             lines.append(f"vs bf16 on vLLM defaults under the same SLO: {d.ratio_vs_baseline:.2f} x "
                          f"({fmt(d.baseline.goodput if d.baseline else None)} requests/s)")
-        lines.append("accuracy recovery: " + (fmt_pm(c.recovery, c.recovery_stderr) if c.recovery is not None else DASH)
-                     + f", gate: {c.gate or DASH}")
+        lines.append("accuracy recovery: " + (fmt_pm(c.recovery, c.recovery_stderr) + from_proxy(c)
+                                              if c.recovery is not None else DASH) + f", gate: {c.gate or DASH}")
         if c.cell.bound:
             lines.append(f"bound: {c.cell.bound}: {c.cell.bound_evidence}; knob: {c.cell.knob}")
         lines.append("`" + (c.cell.command or ("vllm serve " + " ".join(["MODEL", *c.cell.serve_args]))) + "`")

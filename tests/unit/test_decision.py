@@ -22,7 +22,7 @@ def row(name, defaults, tuned=None, recovery=None, gate="pass", baseline=False, 
     return SimpleNamespace(name=name, method="bf16" if baseline else name, status=status, baseline=baseline,
                            capacity=defaults, capacity_tuned=tuned, recovery=recovery, recovery_stderr=0.01,
                            gate=gate, gate_detail=[] if gate != "fail" else ["average recovery 0.8 < 0.9 (failed)"],
-                           size_bytes=size)
+                           size_bytes=size, accuracy_from=None)
 
 
 def test_highest_capacity_that_passes_the_gates_wins_with_its_ratio_to_bf16():
