@@ -41,8 +41,8 @@
 #   SEED_STORE=docs/reports/h200/decision-2026-12-01-tuned-long/raw/results.db SMOLLM2=1 \
 #     CONVERT="llama8b-convert-8bit llama8b-convert-4bit" STEPS="int8 gptq awq fp8!" ... start EPOCH
 # What 12-02 left: the tuned bf16 (STEPS="llama8b-decision-tuned:baseline"), int8 and W4A16 at long
-# context (llama8b-long:int8), long-context tuning, and "fp8!" again to prove on the GPU that a
-# conversion no longer holds its GPU memory while vLLM starts (quantize/llmcompressor.py).
+# context (llama8b-long:int8), long-context tuning. ("fp8!" failed on 12-02: the conversion held
+# 16.8 GiB while vLLM started; fixed and checked with benchmarks/gpu/convert_releases_gpu.py.)
 set -uo pipefail
 Q=/tmp/qk
 mkdir -p $Q/logs $Q/res
