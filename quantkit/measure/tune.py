@@ -257,16 +257,15 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
             out["probe"] = _goodput(probe)
             if probe.capacity is None:  # the SLO fails at the lowest load (a full search starts there
                 # too), or quantkit's client was limited there: no trusted figure, bound "client"
-                out.update(value=0.0, bound=probe.bound, capacity=None)
-                if probe.search is not None and probe.search.reason == "untrusted":
-                    out["error"] = "no trusted capacity: " + probe.summary().removeprefix("no capacity: ")
+                out.update(value=0.0, bound=probe.bound, capacity=None, error=_untrusted_error(probe))
             elif should_prune(out["probe"]):
                 out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
             else:
                 full = run_capacity(server, model_dir, slo, capacity.model_copy(update={"warmup": 0}), prompts=prompts,
                                     start=probe.capacity.load if probe.capacity else None, label=label_)
                 out["points"] += full.points_spent
-                out.update(value=_goodput(full), bound=full.bound, capacity=full.capacity)
+                # the full search starts at the probe's capacity: its first point can still be client-limited
+                out.update(value=_goodput(full), bound=full.bound, capacity=full.capacity, error=_untrusted_error(full))
     except QuantkitError as exc:
         if isinstance(exc, UsageError) and "port" in exc.message:
             raise
@@ -276,6 +275,13 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
         out["capacity_load"] = out["capacity"].load
         out["capacity"] = out["capacity"].model_dump(mode="json")
     return out
+
+
+def _untrusted_error(result: CapacityResult) -> str | None:
+    """Why a search without a capacity decides nothing (quantkit's client was limited), else None."""
+    if result.capacity is None and result.search is not None and result.search.reason == "untrusted":
+        return "no trusted capacity: " + result.summary().removeprefix("no capacity: ")
+    return None
 
 
 def _goodput(result: CapacityResult) -> float:

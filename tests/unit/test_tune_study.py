@@ -124,3 +124,18 @@ def test_a_base_configuration_without_a_trusted_capacity_gives_no_gain_and_says_
     assert tune.summarize_study(tmp_path, "s", SLO, result.settings, CapacitySettings(), result.space,
                                 ServeConfig(), [result.defaults], 1, 1.0).best_reason.startswith(
         "no configuration has a trusted capacity")
+
+
+def test_a_search_stopped_by_the_client_says_so_whether_probe_or_full_search():
+    """run_trial names an untrusted search "no trusted capacity" for the probe and for the full search
+    (which starts at the probe's capacity and can meet a client-limited point there: CI, 2 cores),
+    and nothing for a search whose SLO simply failed at the lowest load."""
+    from quantkit.measure.capacity import CapacityResult
+    from quantkit.measure.search import CapacitySearch
+
+    def result(reason):
+        search = CapacitySearch(capacity=None, ceiling=2.0, reason=reason, tolerance=0.1, lo=2.0, hi=8.0, steps=[])
+        return CapacityResult(model_dir="m", slo="ttft_p95=1", settings=CapacitySettings(start=2), search=search)
+
+    assert tune._untrusted_error(result("untrusted")).startswith("no trusted capacity: the point at concurrency 2")
+    assert tune._untrusted_error(result("below_min")) is None
