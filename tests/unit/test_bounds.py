@@ -87,6 +87,24 @@ def test_slots_one_short_of_max_num_seqs_in_a_sampled_gauge_are_the_slots():
     short = {**sm, "running": {**sm["running"], "max": 3.0, "mean": 2.6}}
     bound = classify({**c["point"], "server_metrics": short}, {"max_num_seqs": 4})
     assert bound.kind == "batch_slots" and "--max-num-seqs 4" in bound.evidence
-    half = {**sm, "running": {**sm["running"], "max": 2.0, "mean": 1.9}}
+    # half the slots by the gauge and by the counters (2 tokens a step)
+    half = {**sm, "running": {**sm["running"], "max": 2.0, "mean": 1.9},
+            "deltas": {**sm["deltas"], "generation_tokens": 2.0 * sm["steps"]}}
     assert classify({**c["point"], "server_metrics": half}, {"max_num_seqs": 4}).kind == "token_budget"
     assert [slots_reached(n) for n in (1, 2, 4, 10, 256)] == [1.0, 1.0, 3.0, 9.0, 230.0]
+
+
+def test_the_counters_decode_batch_reaches_the_slots_where_the_gauge_read_few():
+    """CI: a 1.25-s point of 8 streams on 4 slots, 3 /metrics readings: the running gauge read 1
+    at most, the counters 192 tokens in 49 engine steps (3.9 sequences a step): the slots, not
+    the token budget."""
+    c = case("batch_slots")
+    sm = c["point"]["server_metrics"]
+    short = {**sm, "samples": 3, "running": {**sm["running"], "max": 1.0, "mean": 0.33},
+             "waiting": {**sm["waiting"], "mean": 1.0, "max": 3.0}, "steps": 49,
+             "deltas": {**sm["deltas"], "generation_tokens": 192.0}}
+    bound = classify({**c["point"], "server_metrics": short}, {"max_num_seqs": 4})
+    assert bound.kind == "batch_slots" and "--max-num-seqs 4" in bound.evidence
+    assert abs(bound.figures["decode_batch_mean"] - 192 / 49) < 1e-9
+    two = {**short, "deltas": {**short["deltas"], "generation_tokens": 98.0}}  # 2 a step: half the slots
+    assert classify({**c["point"], "server_metrics": two}, {"max_num_seqs": 4}).kind == "token_budget"
