@@ -6,9 +6,9 @@ stored) and names what limits it, in this order:
 - kv_cache: the KV cache ran (nearly) full or requests were preempted;
 - token_budget: requests waited while engine steps ran full at `--max-num-batched-tokens` (tokens
   per step from vLLM's counters), or while slots and KV cache were free;
-- batch_slots: requests waited while `--max-num-seqs` requests ran, as far as a once-a-second
-  reading can tell (within one request or 10%), or, that knob unset, while the running count
-  held at its ceiling;
+- batch_slots: requests waited while `--max-num-seqs` requests ran (within one request or 10%),
+  by the once-a-second running gauge or by the counters' decode batch (tokens generated per
+  engine step), or, that knob unset, while the running count held at its ceiling;
 - compute: no scheduler limit was reached: each engine step takes longer as the batch grows, so the
   latency bound breaks first (the GPU's utilization, where measured, says how busy it was);
 - unknown: no /metrics reading saw the load (none exposed, or the point was shorter than the
