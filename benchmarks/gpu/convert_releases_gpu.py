@@ -36,7 +36,7 @@ def main() -> None:
     from quantkit.quantize import convert, llmcompressor
 
     if args.no_release:
-        llmcompressor.release_accelerator = lambda torch: None
+        llmcompressor.release_accelerator = lambda: None
     before = used_mib()
     record = convert(args.model, args.method, output=args.output, force=True)
     print(json.dumps({"release": not args.no_release, "method": args.method, "wall_time_s": record.wall_time_s,

@@ -100,18 +100,18 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     per_step = sm.get("tokens_per_step")
     if per_step is not None:
         figures["tokens_per_step"] = per_step
-    # the counters span the whole point where the gauge is read once a second: tokens generated
-    # per engine step is the mean decode batch (one token per running sequence per step). CI saw a
-    # 1.25-s point on 2 cores read 1 of 4 slots running by the gauge and 3.9 by the counters.
+    # the running gauge is read once a second: a slot freed between two engine steps reads empty
+    # then, so a ceiling within one request (or 10%) of --max-num-seqs is the ceiling (CI saw 3
+    # of 4 in a 4-s point on 2 cores, and "token budget" was named on that reading alone). The
+    # counters span the whole point: tokens generated per engine step is the mean decode batch
+    # (one token per running sequence per step); CI saw a 1.25-s point read 1 of 4 by the gauge
+    # and 3.9 by the counters.
     deltas = sm.get("deltas") or {}
     steps, generated = sm.get("steps"), deltas.get("generation_tokens")
     decoding = generated / steps if steps and isinstance(generated, (int, float)) else None
     if decoding is not None:
         figures["decode_batch_mean"] = decoding
     run_seen = max(run_max, decoding or 0.0)
-    # the running gauge is read once a second: a slot freed between two engine steps reads empty
-    # then, so a ceiling within one request (or 10%) of --max-num-seqs is the ceiling (CI saw 3
-    # of 4 in a 4-s point on 2 cores, and "token budget" was named on that reading alone)
     if queued and seqs and run_seen >= slots_reached(seqs):
         return bound("batch_slots", f"{run_seen:.0f} requests ran at most (--max-num-seqs {seqs}; the gauge is read "
                                     f"once a second, the decode batch from the counters) while {waiting:.1f} waited "

@@ -32,18 +32,18 @@ class LLMCompressorBackend:
 
     def quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
         try:
+            return self._quantize(model_ref, recipe, out_dir)
+        finally:  # the model is unreachable once _quantize has returned
+            release_accelerator()
+
+    def _quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
+        try:
             import torch
             from llmcompressor import oneshot
             from transformers import AutoModelForCausalLM, AutoTokenizer
         except ImportError as exc:
             raise SetupError(f"the llmcompressor backend needs llm-compressor ({exc}); run scripts/setup.sh") from None
-        try:
-            return self._quantize(model_ref, recipe, out_dir, torch, oneshot, AutoModelForCausalLM, AutoTokenizer)
-        finally:  # the model is unreachable once _quantize has returned
-            release_accelerator(torch)
 
-    def _quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path, torch: Any, oneshot: Any,
-                  AutoModelForCausalLM: Any, AutoTokenizer: Any) -> BackendResult:
         compute_dtype = _compute_dtype(recipe.compute_dtype, torch)
         with step(f"loading {model_ref.ref} ({compute_dtype})"):
             tokenizer = AutoTokenizer.from_pretrained(model_ref.path)
@@ -113,7 +113,7 @@ class LLMCompressorBackend:
         )
 
 
-def release_accelerator(torch: Any) -> None:
+def release_accelerator() -> None:
     """Give the GPU memory of a conversion back before anything is served.
 
     `quantkit run` starts vLLM right after converting, in another process that asks for 92% of
@@ -121,6 +121,10 @@ def release_accelerator(torch: Any) -> None:
     this process's caching allocator: on an H200 a forced fp8 conversion (loaded onto the GPU)
     left 16.8 GiB held, and vLLM refused to start ("Free memory on device ... is less than
     desired GPU memory utilization")."""
+    try:
+        import torch
+    except ImportError:  # nothing was loaded (_quantize said why)
+        return
     try:
         from llmcompressor.core.session_functions import reset_session
 

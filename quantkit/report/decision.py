@@ -207,8 +207,7 @@ def decide(rows: list[Any]) -> Decision:
         flags = (f"vLLM's defaults ({' '.join(best.cell.serve_args)})" if best.cell.config == "defaults"
                  and best.cell.serve_args else " ".join(best.cell.serve_args) or "vLLM's defaults")
         rec = "" if best.recovery is None else f", recovery {best.recovery:.3f}" + (
-            f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "") + (
-            f" (from {best.accuracy_from})" if best.accuracy_from else "")
+            f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "") + from_proxy(best)
         summary = (f"deploy {best.variant} ({best.method}) {'on' if flags.startswith('vLLM') else 'with'} {flags}: {best.cell.goodput:.2f} requests/s "
                    f"within {best.cell.slo} at {best.cell.load_text()}, {versus}{rec}"
                    + (f"; bound: {best.cell.bound}" if best.cell.bound else ""))
@@ -235,6 +234,11 @@ def decide(rows: list[Any]) -> Decision:
     return Decision(status="none_meets_slo", slo=slo, closest=closest, blocker=blocker, baseline=baseline_cell,
                     candidates=candidates, notes=notes,
                     summary=f"nothing meets the SLO {slo}; the closest is {closest.variant} ({closest.cell.label}): {blocker}")
+
+
+def from_proxy(row: Any) -> str:
+    """` (from P)` after a recovery that is another model's evals (a report Row or a Candidate)."""
+    return f" (from {row.accuracy_from})" if row.accuracy_from else ""
 
 
 def _proxy_notes(candidates: list[Candidate]) -> list[str]:

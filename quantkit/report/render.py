@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UsageError
 from ..files import atomic_write_bytes
 from .build import SCHEMA_VERSION, Bound, Point, Report, TaskScore
-from .decision import CapacityCell, Decision
+from .decision import CapacityCell, Decision, from_proxy
 
 DASH = "—"
 
@@ -87,11 +87,6 @@ def _tpot(p: Point | None) -> str:
 
 def _score(s: TaskScore | None) -> str:
     return fmt_pm(s.value, s.stderr) if s else DASH
-
-
-def from_proxy(row: Any) -> str:
-    """` (from P)` after a recovery that is another model's evals (a Row or a decision Candidate)."""
-    return f" (from {row.accuracy_from})" if row.accuracy_from else ""
 
 
 def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | None]]:
