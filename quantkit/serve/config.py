@@ -12,9 +12,82 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
 from ..errors import UsageError
+
+# Secrets: a serving flag whose name says it holds one (an API key, a token, a password, a
+# secret, credentials) is passed to vLLM as given and shown or stored only as MASK, as vLLM masks
+# them in its own log. The name is read as words (split on '-' and '_', any case): a word that
+# names a secret, or a last word that does (`hf-token`, `api-key`, `apikey`); a token *count*
+# (`max-num-batched-tokens`, `long-prefill-token-threshold`) is no secret.
+MASK = "***"
+_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "secrets", "credential", "credentials")
+_SECRET_ENDINGS = ("token", "key", "keys")  # of the last word: `hf-token`, `apikey`, `access-keys`
+_SECRET_LAST_WORDS = ("auth", "authorization")
+# `--name value` or `--name=value` inside text (a command line, an error message); a value may be quoted
+# (markup around it, `<code>` or a backtick, is not part of the value)
+_FLAG_IN_TEXT = re.compile(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)(=|[ \t]+)(?!--)('[^'\n]*'|\"[^\"\n]*\"|[^\s'\"<>`]+)")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a serving flag (with or without dashes, any case and separator) holds a secret."""
+    words = [w for w in re.split(r"[-_\s]+", str(name).strip().lower()) if w]
+    if not words:
+        return False
+    return (any(w.endswith(_SECRET_WORDS) for w in words)
+            or words[-1].endswith(_SECRET_ENDINGS) or words[-1] in _SECRET_LAST_WORDS)
+
+
+def mask_args(args: list[str]) -> list[str]:
+    """An argv with every secret flag's value masked: `--api-key X` and `--api-key=X`."""
+    out, hide_next = [], False
+    for arg in args:
+        text = str(arg)
+        if hide_next and not text.startswith("--"):
+            out.append(MASK)
+            hide_next = False
+            continue
+        hide_next = False
+        name, sep, _value = text.partition("=")
+        if text.startswith("-") and is_secret(name.lstrip("-")):
+            if sep:
+                out.append(f"{name}={MASK}")
+            else:
+                out.append(text)
+                hide_next = True
+            continue
+        out.append(text)
+    return out
+
+
+def mask_text(text: str) -> str:
+    """Text (a `vllm serve` line, an error) with every secret flag's value masked."""
+    def hide(m: re.Match) -> str:
+        return f"{m.group(1)}{m.group(2)}{MASK}" if is_secret(m.group(1).lstrip("-")) else m.group(0)
+
+    return _FLAG_IN_TEXT.sub(hide, text)
+
+
+def mask_secrets(value: Any) -> Any:
+    """Any JSON-like value with the secret serving flags in it masked, wherever they sit: the
+    `extra` mapping of a stored ServeConfig, a `changed()` mapping, an argv list, a command line.
+    Only serving-flag shapes are read: a record's own fields (`run_key`, `kv_cache_tokens`) are
+    not flags and are never touched."""
+    if isinstance(value, dict):
+        return {k: (mask_flags(v) if k == "extra" and isinstance(v, dict) else mask_secrets(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        items = [mask_secrets(v) for v in value]
+        return mask_args(items) if all(isinstance(v, str) for v in items) else items
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
+
+
+def mask_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """A flag -> value mapping with the secret flags' values masked (a bare flag stays bare)."""
+    return {k: (MASK if v is not None and is_secret(k) else v) for k, v in flags.items()}
+
 
 class ServeConfig(BaseModel):
     """The serving knobs users tune; None means "vLLM's default" and is not passed.
@@ -43,8 +116,15 @@ class ServeConfig(BaseModel):
     # free-form `--serve-arg k=v`: flag name (no dashes) -> value; None = a bare flag
     extra: dict[str, str | None] = Field(default_factory=dict)
 
-    def to_args(self) -> list[str]:
-        """The `vllm serve` arguments for these knobs (model, host, port are added by the server)."""
+    @field_serializer("extra", when_used="json")
+    def _extra_masked(self, extra: dict[str, str | None]) -> dict[str, str | None]:
+        # a JSON dump is for records, result files and reports: never a secret. A Python dump
+        # (model_dump()) keeps the values, for building another config to serve (tune's trials).
+        return mask_flags(extra)
+
+    def to_args(self, mask: bool = False) -> list[str]:
+        """The `vllm serve` arguments for these knobs (model, host, port are added by the server);
+        `mask`: secret flags' values as MASK, for every line that is shown or stored."""
         args: list[str] = []
         for name in KNOBS:
             value = getattr(self, name)
@@ -59,17 +139,17 @@ class ServeConfig(BaseModel):
                     args.append(flag if value else "--no-" + flag[2:])
             else:
                 args += [flag, str(value)]
-        for key, value in self.extra.items():
+        for key, value in (mask_flags(self.extra) if mask else self.extra).items():
             args.append("--" + key)
             if value is not None:
                 args.append(value)
         return args
 
     def changed(self) -> dict[str, Any]:
-        """The knobs that differ from ServeConfig() (for labels and records)."""
+        """The knobs that differ from ServeConfig() (for labels and records: secrets masked)."""
         default = ServeConfig()
         out = {k: getattr(self, k) for k in KNOBS if getattr(self, k) != getattr(default, k)}
-        out.update({k: v for k, v in self.extra.items()})
+        out.update(mask_flags(self.extra))
         return out
 
     def label(self) -> str:
@@ -135,7 +215,8 @@ def parse_serve_arg(item: str) -> tuple[str, str | None]:
     key, sep, value = item.partition("=")
     key = key.strip().lstrip("-").replace("_", "-")
     if not key or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", key):
-        raise UsageError(f"bad --serve-arg '{item}': expected NAME=VALUE or NAME (a vllm serve flag without dashes)")
+        shown = f"{key}={MASK}" if sep and is_secret(key) else item  # an error line is shown and stored
+        raise UsageError(f"bad --serve-arg '{shown}': expected NAME=VALUE or NAME (a vllm serve flag without dashes)")
     if key in _RESERVED:
         raise UsageError(f"--serve-arg {key} is set by quantkit itself (use --port/--host of the command instead)")
     return key, (value.strip() if sep else None)
@@ -152,8 +233,9 @@ def parse_bool(value: str | None) -> bool:
 
 
 def serve_command(model_dir: Path | str, config: ServeConfig) -> str:
-    """The `vllm serve` line a user can paste to serve `model_dir` with these knobs."""
-    return shlex.join(["vllm", "serve", str(model_dir), *config.to_args()])
+    """The `vllm serve` line a user can paste to serve `model_dir` with these knobs (a secret
+    flag's value is MASK: the line is shown and stored; the user puts their own in)."""
+    return shlex.join(["vllm", "serve", str(model_dir), *config.to_args(mask=True)])
 
 
 def args_of(serve_config: dict[str, Any] | None) -> list[str]:
@@ -162,6 +244,7 @@ def args_of(serve_config: dict[str, Any] | None) -> list[str]:
     if not serve_config:
         return []
     try:
-        return ServeConfig.model_validate(serve_config).to_args()
+        return ServeConfig.model_validate(serve_config).to_args(mask=True)
     except ValueError:
-        return [f"{k}={v}" for k, v in serve_config.items() if v not in (None, False, {})]
+        shown = mask_flags(mask_secrets(serve_config))
+        return [f"{k}={v}" for k, v in shown.items() if v not in (None, False, {})]

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,8 +29,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from .. import settings
+from .. import __version__, settings
 from ..errors import QuantkitError, UsageError
+from . import live
+from .lines import _dump, _exception_line, _explain, _mask, _unwritable, check_key
 
 # Append only: a released migration is never edited; a change is a new entry.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -86,11 +87,22 @@ MIGRATIONS: list[tuple[str, str]] = [
     CREATE UNIQUE INDEX records_one_done ON records(run_key) WHERE status = 'done';
     CREATE INDEX records_by_model ON records(model, variant, kind);
     """),
+    # A `running` row is another run's only while its process lives: the pid alone cannot say so
+    # (another host's pid, or a pid reused after a reboot), so the host and the process's start
+    # time are recorded beside it (live.py).
+    ("m003_records_process_identity", """
+    ALTER TABLE records ADD COLUMN host TEXT;
+    ALTER TABLE records ADD COLUMN proc_start TEXT;
+    """),
 ]
 # What a record can be; each is a stage of a run or a standalone command's result.
 KINDS = ("convert", "bench", "eval", "tune", "capacity", "trial")
 # Stores written before migrations had names numbered them: version -> name.
 _NUMBERED = {1: "m001_initial"}
+# A record's columns by name: a store written by a newer quantkit may have more of them.
+COLUMNS = ("id", "run_key", "kind", "model", "variant", "status", "params", "result", "result_path", "error",
+           "recipe_hash", "started_at", "finished_at")
+MIN_REMOVE_PREFIX = 4
 
 
 class StoreError(QuantkitError):
@@ -154,14 +166,40 @@ def default_path() -> Path:
 class Store:
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.readonly = False  # opened for reading only: its folder or file cannot be written
+        if not self.path.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             self.db = sqlite3.connect(self.path, timeout=10, isolation_level=None)
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self._migrate()
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("PRAGMA foreign_keys=ON")
+                self._migrate()
+            except sqlite3.OperationalError as exc:
+                if not _unwritable(exc) or not self.path.is_file():
+                    raise
+                self.db.close()
+                self._open_readonly()
         except sqlite3.DatabaseError as exc:
             raise StoreError(_explain(exc, self.path)) from None
+
+    def _open_readonly(self) -> None:
+        """A store that cannot be written (a read-only home, another user's file) is still read:
+        `quantkit runs ls` works; any write says what is wrong (_explain). A WAL store needs its
+        -shm file to be read, which a read-only folder cannot hold: then it is opened immutable,
+        which is sound while nothing can write it."""
+        self.readonly = True
+        uri = self.path.absolute().as_uri()
+        for query in ("?mode=ro", "?mode=ro&immutable=1"):
+            try:
+                self.db = sqlite3.connect(uri + query, uri=True, timeout=10, isolation_level=None)
+                self._check_known(self.applied())
+                return
+            except sqlite3.OperationalError as exc:
+                self.db.close()
+                if not _unwritable(exc) and "unable to open" not in str(exc):
+                    raise
+        raise sqlite3.OperationalError("attempt to write a readonly database")
 
     def close(self) -> None:
         self.db.close()
@@ -169,12 +207,18 @@ class Store:
     def __enter__(self) -> "Store":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, kind, exc, tb) -> None:
         self.close()
+        # a damaged page shows only when it is read, long after the store opened: one line then too
+        if isinstance(exc, sqlite3.DatabaseError):
+            raise StoreError(_explain(exc, self.path)) from None
 
     # -- schema ---------------------------------------------------------------------------------
 
     def _migrate(self) -> None:
+        exists = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_migrations'").fetchone()
+        if exists:  # before any write: a newer quantkit's store is neither changed nor misread
+            self._check_known(self.applied())
         self.db.execute("CREATE TABLE IF NOT EXISTS _migrations (name TEXT PRIMARY KEY, applied_at TEXT NOT NULL)")
         done = self.applied()
         legacy = self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
@@ -201,7 +245,19 @@ class Store:
 
     def applied(self) -> list[str]:
         """The names of the migrations applied to this store, in order."""
-        return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY rowid")]
+        try:
+            return [r[0] for r in self.db.execute("SELECT name FROM _migrations ORDER BY rowid")]
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []  # a store so old (or so new) that it has no named migrations
+            raise
+
+    def _check_known(self, applied: list[str]) -> None:
+        unknown = [name for name in applied if name not in {n for n, _ in MIGRATIONS}]
+        if unknown:
+            raise StoreError(
+                f"the result store {self.path} was written by a newer quantkit (migration {', '.join(unknown)} is "
+                f"unknown to quantkit {__version__}); upgrade quantkit, or point QUANTKIT_HOME at another folder")
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -220,28 +276,39 @@ class Store:
     # -- stages ---------------------------------------------------------------------------------
 
     def done(self, key: str) -> Record | None:
-        row = self.db.execute("SELECT * FROM records WHERE run_key = ? AND status = 'done'", (key,)).fetchone()
+        row = self.db.execute(f"SELECT {', '.join(COLUMNS)} FROM records WHERE run_key = ? AND status = 'done'",
+                              (key,)).fetchone()
         return self._record(row) if row else None
 
     def begin(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> int:
         if kind not in KINDS:
             raise ValueError(f"unknown record kind {kind!r}")
+        pid, host, started = live.identity()
         with self.transaction():
-            # a row left 'running' for this key belongs to a killed run: it never finished
+            running = self.db.execute("SELECT id, pid, host, proc_start, started_at FROM records"
+                                      " WHERE run_key = ? AND status = 'running'", (key,)).fetchall()
+            for _id, other_pid, other_host, other_start, since in running:
+                if live.alive(other_pid, other_host, other_start):
+                    # another quantkit is running this very stage now: redoing it beside that run
+                    # would write into the same folders and mark its record interrupted
+                    raise StoreError(
+                        f"{kind} {variant} ({key[:10]}) is being run by another quantkit process now (pid "
+                        f"{other_pid}, since {since}); wait for it to finish or stop it (kill {other_pid}), then run again")
+            # a row left 'running' by a process that is gone belongs to a killed run: it never finished
             self.db.execute(
-                "UPDATE records SET status = 'interrupted', finished_at = ? WHERE run_key = ? AND status = 'running'",
-                (now(), key))
+                "UPDATE records SET status = 'interrupted', error = COALESCE(error, 'interrupted'), finished_at = ?"
+                " WHERE run_key = ? AND status = 'running'", (now(), key))
             cur = self.db.execute(
-                "INSERT INTO records (run_key, kind, model, variant, status, params, recipe_hash, pid, started_at)"
-                " VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)",
-                (key, kind, model, variant, json.dumps(params, default=str), recipe_hash, os.getpid(), now()))
+                "INSERT INTO records (run_key, kind, model, variant, status, params, recipe_hash, pid, host, proc_start,"
+                " started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
+                (key, kind, model, variant, _dump(params), recipe_hash, pid, host, started, now()))
             return int(cur.lastrowid)
 
     def add_point(self, record_id: int, point: dict[str, Any]) -> None:
         with self.transaction():
             idx = self.db.execute("SELECT COUNT(*) FROM points WHERE record_id = ?", (record_id,)).fetchone()[0]
-            self.db.execute("INSERT INTO points VALUES (?, ?, ?)", (record_id, idx, json.dumps(point)))
+            self.db.execute("INSERT INTO points VALUES (?, ?, ?)", (record_id, idx, _dump(point)))
 
     def finish(self, record_id: int, result: dict[str, Any], result_path: str | None = None) -> None:
         with self.transaction():
@@ -250,31 +317,45 @@ class Store:
             self.db.execute("DELETE FROM records WHERE run_key = ? AND status = 'done'", (key,))
             self.db.execute(
                 "UPDATE records SET status = 'done', result = ?, result_path = ?, error = NULL, finished_at = ?"
-                " WHERE id = ?", (json.dumps(result, default=str), result_path, now(), record_id))
+                " WHERE id = ?", (_dump(result), result_path, now(), record_id))
 
     def fail(self, record_id: int, error: str, status: str = "failed", result: dict[str, Any] | None = None) -> None:
         with self.transaction():
             self.db.execute(
                 "UPDATE records SET status = ?, error = ?, result = COALESCE(?, result), finished_at = ? WHERE id = ?",
-                (status, error, json.dumps(result, default=str) if result else None, now(), record_id))
+                (status, _mask(error), _dump(result) if result else None, now(), record_id))
 
     @contextmanager
     def stage(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> Iterator["StageHandle"]:
         """One stage as a record: `running` on entry; `done` once `handle.finish(...)` is called;
-        `failed` (with the reason) on a QuantkitError, `interrupted` on anything else, which is
-        re-raised either way. A body that ends without finishing leaves the record failed."""
+        `interrupted` on Ctrl-C or SIGTERM (KeyboardInterrupt: the signal handler raises it);
+        `failed` with the reason on anything else: a QuantkitError's line, or any other
+        exception's type and message (a full disk, an SQLite error, a bug), so the record says
+        what went wrong. The exception is re-raised either way. A body that ends without
+        finishing leaves the record failed."""
         handle = StageHandle(self, self.begin(key, kind, model, variant, params, recipe_hash))
         try:
             yield handle
         except QuantkitError as exc:
-            self.fail(handle.id, exc.one_line())
+            self._close_quietly(handle.id, exc.one_line(), "failed")
             raise
-        except BaseException:
-            self.fail(handle.id, "interrupted", status="interrupted")
+        except (KeyboardInterrupt, GeneratorExit):
+            self._close_quietly(handle.id, "interrupted", "interrupted")
+            raise
+        except BaseException as exc:
+            self._close_quietly(handle.id, _exception_line(exc), "failed")
             raise
         if not handle.finished:
             self.fail(handle.id, "the stage ended without a result")
+
+    def _close_quietly(self, record_id: int, error: str, status: str) -> None:
+        """Record how a stage ended; a store that cannot take it (the very failure, a full disk)
+        must not hide the stage's own exception: the next run marks the row interrupted."""
+        try:
+            self.fail(record_id, error, status=status)
+        except (sqlite3.Error, QuantkitError, OSError):
+            pass
 
     # -- queries --------------------------------------------------------------------------------
 
@@ -284,20 +365,35 @@ class Store:
 
     def records(self, model: str | None = None, kind: str | None = None, status: str | None = None,
                 keys: list[str] | None = None) -> list[Record]:
-        sql, args = "SELECT * FROM records WHERE 1=1", []
+        sql, args = f"SELECT {', '.join(COLUMNS)} FROM records WHERE 1=1", []
         for column, value in (("model", model), ("kind", kind), ("status", status)):
             if value is not None:
                 sql += f" AND {column} = ?"
                 args.append(value)
         if keys:
-            sql += " AND (" + " OR ".join("run_key LIKE ?" for _ in keys) + ")"
-            args.extend(f"{k}%" for k in keys)
+            # a prefix is compared as text (substr), never as a LIKE pattern: '%' or '_' in a
+            # key would match every record
+            prefixes = [check_key(k) for k in keys]
+            sql += " AND (" + " OR ".join("substr(run_key, 1, ?) = ?" for _ in prefixes) + ")"
+            for p in prefixes:
+                args.extend([len(p), p])
         return [self._record(r) for r in self.db.execute(sql + " ORDER BY id", args)]
 
-    def get(self, key_prefix: str) -> Record:
-        rows = self.records(keys=[key_prefix])
+    def _one_key(self, key_prefix: str, min_len: int = 1) -> tuple[str, list[Record]]:
+        """The one run key `key_prefix` names, and its records; a prefix of several is refused."""
+        prefix = check_key(key_prefix, min_len)
+        rows = self.records(keys=[prefix])
         if not rows:
-            raise UsageError(f"no run with key {key_prefix}; `quantkit runs ls` lists them")
+            raise UsageError(f"no run with key {prefix}; `quantkit runs ls` lists them")
+        distinct = sorted({r.run_key for r in rows})
+        if len(distinct) > 1:
+            shown = ", ".join(k[:12] for k in distinct[:5]) + (", ..." if len(distinct) > 5 else "")
+            raise UsageError(f"run key prefix {prefix} names {len(distinct)} different runs ({shown}); "
+                             "give more of the key (`quantkit runs ls` shows them)")
+        return distinct[0], rows
+
+    def get(self, key_prefix: str) -> Record:
+        _key, rows = self._one_key(key_prefix)
         done = [r for r in rows if r.status == "done"]
         return (done or rows)[-1]
 
@@ -305,15 +401,15 @@ class Store:
         return [r[0] for r in self.db.execute("SELECT DISTINCT model FROM records ORDER BY model")]
 
     def remove(self, key_prefix: str) -> int:
-        if len(key_prefix) < 4:
-            raise UsageError("give at least 4 characters of a run key (`quantkit runs ls` lists them)")
+        """Remove every attempt of the one run key `key_prefix` names (exactly that key)."""
+        key, _rows = self._one_key(key_prefix, MIN_REMOVE_PREFIX)
         with self.transaction():
-            cur = self.db.execute("DELETE FROM records WHERE run_key LIKE ?", (f"{key_prefix}%",))
+            cur = self.db.execute("DELETE FROM records WHERE run_key = ?", (key,))
         return cur.rowcount
 
     @staticmethod
     def _record(row: tuple) -> Record:
-        (id_, key, kind, model, variant, status, params, result, result_path, error, recipe_hash, _pid,
+        (id_, key, kind, model, variant, status, params, result, result_path, error, recipe_hash,
          started, finished) = row
         return Record(id_, key, kind, model, variant, status, json.loads(params),
                       json.loads(result) if result else None, result_path, error, recipe_hash, started, finished)
@@ -331,12 +427,3 @@ class StageHandle:
     def finish(self, result: dict[str, Any], result_path: str | None = None) -> None:
         self.store.finish(self.id, result, result_path)
         self.finished = True
-
-
-def _explain(exc: sqlite3.DatabaseError, path: Path) -> str:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return f"the result store {path} is locked by another quantkit process; wait for it or stop it"
-    if "not a database" in text or "malformed" in text or "file is encrypted" in text:
-        return f"the result store {path} is corrupted ({text}); move it aside and run again (results start afresh)"
-    return f"the result store {path} cannot be used: {text}"
