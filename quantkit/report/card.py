@@ -161,14 +161,14 @@ def _serve_command(repo: str, ev: Evidence) -> tuple[list[str], str]:
             config = ServeConfig(**values, extra=extra)
             why = (f"tuned by `quantkit tune` ({best.get('label')}: {tune.get('best_reason') or 'best'}"
                    + (f", SLO {tune['slo']}" if tune.get("slo") else "") + ")")
-            return config.to_args(), why
+            return config.to_args(mask=True), why
         except ValueError:
             pass
     bench = ev.bench.result if ev.bench is not None and ev.bench.result else None
     serve_config = ((bench or {}).get("server") or {}).get("serve_config")
     if serve_config:
         try:
-            return ServeConfig.model_validate(serve_config).to_args(), "the configuration that was benchmarked"
+            return ServeConfig.model_validate(serve_config).to_args(mask=True), "the configuration that was benchmarked"
         except ValueError:
             pass
     return [], "vLLM's defaults (no benchmark or tune result is stored)"

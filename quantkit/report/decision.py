@@ -109,14 +109,17 @@ def tuned_cell(tune: dict[str, Any] | None, slo: str | None, profile: str = "con
     cap = best.get("capacity") or {}
     bound = best.get("bound") or {}
     settings = tune.get("capacity") or {}
-    flags = (best.get("command") or "").split()[3:]
+    from ..serve.config import mask_text
+
+    command = mask_text(best["command"]) if best.get("command") else None  # a store written before masking
+    flags = (command or "").split()[3:]
     return CapacityCell(
         config="tuned", slo=tune.get("slo") or slo or "", profile=settings.get("profile", profile),
         load=cap.get("load") if cap else best.get("capacity_load"), reason="bracketed", req_s=cap.get("req_s"),
         output_tok_s=cap.get("output_tok_s"), goodput_req_s=best.get("value"),
         tolerance=float(settings.get("tolerance") or tolerance), points=int(best.get("points") or 0),
         bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"), serve_args=flags,
-        command=best.get("command"), label=best.get("label") or "tuned", trials=len(tune.get("trials") or []),
+        command=command, label=best.get("label") or "tuned", trials=len(tune.get("trials") or []),
         servers=tune.get("server_starts"))
 
 

@@ -415,10 +415,13 @@ def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
         png = draw(plot.name, report)
         images[plot.name] = png
         paths[f"plot:{plot.name}"] = atomic_write_bytes(out_dir / "plots" / f"{plot.name}.png", png)
-    paths["md"] = atomic_write_bytes(out_dir / "report.md", render_markdown(report).encode())
-    paths["html"] = atomic_write_bytes(out_dir / "report.html", render_html(report, images).encode())
-    paths["json"] = atomic_write_bytes(out_dir / "report.json",
-                                  (json.dumps(report.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode())
+    # the records are masked as they are stored; a store written before that is masked here
+    from ..serve.config import mask_secrets, mask_text
+
+    paths["md"] = atomic_write_bytes(out_dir / "report.md", mask_text(render_markdown(report)).encode())
+    paths["html"] = atomic_write_bytes(out_dir / "report.html", mask_text(render_html(report, images)).encode())
+    paths["json"] = atomic_write_bytes(out_dir / "report.json", (json.dumps(
+        mask_secrets(report.model_dump(mode="json")), indent=2, ensure_ascii=False) + "\n").encode())
     return paths
 
 
