@@ -256,6 +256,18 @@ class MethodEntry(Strict):
     group_size: int | None = None
     backend: str | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str | None) -> str | None:
+        # the label names the variant's folder (models/<model>-<label>-<hash8>): a separator or a
+        # leading '.' ('..') would put a checkpoint, and a --force replace, outside the models folder
+        import re
+
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}", value):
+            raise ValueError(f"{value!r} is not a plain name: use letters, digits and . _ + - (no '/' or '\\', "
+                             "not starting with '.'), at most 100 characters")
+        return value
+
     def label(self) -> str:
         return self.name or self.method or Path(str(self.checkpoint)).name
 

@@ -14,6 +14,7 @@ skipped (resume); `--force` redoes it.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from .. import checkpoint, settings
 from ..console import info, warn
-from ..errors import QuantkitError
+from ..errors import QuantkitError, UsageError
 from ..models import ResolvedModel
 from ..recipe import MethodEntry, RunRecipe
 from ..store import Store, run_key
@@ -70,7 +71,15 @@ class Lane:
 
 
 def checkpoint_dir(ctx: RunContext, entry: MethodEntry) -> Path:
-    return settings.models_dir() / f"{ctx.model.name}-{entry.label()}-{entry.quant_recipe().hash()[:8]}"
+    root = settings.models_dir()
+    folder = root / f"{ctx.model.name}-{entry.label()}-{entry.quant_recipe().hash()[:8]}"
+    # recipe.py refuses such a label; a RunRecipe built in code must not escape either: a run
+    # writes, and with --force replaces, this folder
+    inside = Path(os.path.normpath(folder)).parent == Path(os.path.normpath(root)) and folder.name not in ("", ".", "..")
+    if not inside or folder.parent.resolve() != root.resolve():
+        raise UsageError(f"variant '{entry.label()}': its checkpoint folder {folder} is outside the models folder "
+                         f"{root}; name the variant without '/' or '..' (name:)")
+    return folder
 
 
 def convert_key(ctx: RunContext, entry: MethodEntry) -> str:

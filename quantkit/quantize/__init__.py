@@ -2,6 +2,11 @@
 
 The checkpoint is written to a temporary sibling of the output folder and renamed into place
 only when complete, so an interrupted or failed convert never leaves a folder that looks done.
+
+What `-o` may name (`check_output`): a new path, an empty folder, or, with `--force`, a
+checkpoint quantkit wrote (it holds quantkit.json), which is then replaced. Never the source
+model, a folder that holds it, the working directory or a folder above it, the home directory or
+`/`, whatever `--force` says: replacing one of those deletes what the user has.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from .. import models, recipe as recipes, settings
 from ..console import info, library_output, step
 from ..errors import BackendError, UsageError
 from ..registry import BACKENDS
-from ..checkpoint import ConvertRecord, SourceModel, check_causal_lm, dir_size
+from ..checkpoint import RECORD_FILE, ConvertRecord, SourceModel, check_causal_lm, dir_size
 from ..machine import hardware
 
 
@@ -66,13 +71,7 @@ def convert(
 ) -> ConvertRecord:
     started = time.monotonic()
     resolved, chosen = plan(model, method, recipe, overrides)
-    out = Path(output) if output else default_output(resolved.name, chosen.method)
-    out = out.expanduser().absolute()
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        if not force:
-            raise UsageError(f"output {out} already exists; pass --force to replace it or choose another -o")
-    if out == resolved.path.absolute():
-        raise UsageError("the output folder is the source model's folder; choose another -o")
+    out = check_output(Path(output) if output else default_output(resolved.name, chosen.method), resolved.path, force)
 
     info(f"convert {resolved.ref} -> {out} ({chosen.method} via {chosen.backend}, recipe {chosen.name})")
     source = SourceModel(ref=resolved.ref, kind=resolved.kind, path=str(resolved.path), fingerprint=resolved.fingerprint())
@@ -118,6 +117,38 @@ def convert(
     return record
 
 
+def check_output(output: Path, source: Path, force: bool) -> Path:
+    """The folder to write (absolute, as given: a symlink there is replaced, never its target);
+    a UsageError (one line, exit 2) for any `-o` whose writing or replacing could lose something
+    that quantkit did not write. The checks read the resolved path."""
+    given = Path(output).expanduser()
+    try:
+        out = given.resolve()
+    except (RuntimeError, OSError):  # RuntimeError: Python 3.11's "Symlink loop"
+        raise UsageError(f"output {given} is a symlink loop (or passes through one); choose another -o") from None
+    if given.is_symlink() and not given.exists():
+        raise UsageError(f"output {given} is a symlink to {out}, which does not exist; choose another -o "
+                         "or make the symlink point at a folder")
+    for parent in given.absolute().parents:  # a folder to be made inside a dangling link
+        if parent.is_symlink() and not parent.exists():
+            raise UsageError(f"output {given}: {parent} is a symlink to nothing; choose another -o")
+    src = Path(source).expanduser().resolve()
+    protected = [(src, "the source model's folder"), (Path.cwd().resolve(), "the working directory"),
+                 (Path.home().resolve(), "the home directory"), (Path("/"), "/")]
+    for folder, what in protected:
+        if out == folder or out in folder.parents:
+            name = what if out == folder else f"a folder that holds {what} ({folder})"
+            raise UsageError(f"output {given} is {name}; writing there would replace it: choose a new folder for -o")
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        if not force:
+            raise UsageError(f"output {out} already exists; pass --force to replace it or choose another -o")
+        if not out.is_dir() or not (out / RECORD_FILE).is_file():
+            kind = "a file" if not out.is_dir() else f"a folder quantkit did not write (no {RECORD_FILE})"
+            raise UsageError(f"output {out} is {kind}: --force replaces only a checkpoint quantkit wrote; "
+                             "choose another -o, or move it away yourself")
+    return given.absolute()
+
+
 def _verify(record: ConvertRecord, out: Path) -> None:
     """Load the written checkpoint in vLLM; record the verdict; fail (keeping the checkpoint) if it does not load."""
     from .verify import verify_in_vllm
@@ -141,9 +172,18 @@ def _replace(tmp: Path, out: Path) -> None:
     if out.exists():
         old = out.with_name(f".{out.name}.old-{os.getpid()}")
         os.replace(out, old)
-    os.replace(tmp, out)
+    try:
+        os.replace(tmp, out)
+    except BaseException:
+        if old is not None and not out.exists():
+            os.replace(old, out)  # the old checkpoint back: a failed replace loses nothing
+        raise
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+        # what could not be removed is listed by `quantkit doctor` and `quantkit models ls`
 
 
 def _quantization_config(folder: Path) -> dict[str, Any] | None:

@@ -1,0 +1,134 @@
+"""Issue 31, paths: `convert -o ... --force` replaces only a checkpoint quantkit wrote, never a
+folder that holds the source, the working directory, home or /; a recipe's variant label never
+puts a checkpoint outside the models folder."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from quantkit.errors import UsageError
+from quantkit.quantize import _replace, check_output
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def desk(tmp_path, monkeypatch):
+    """A working directory with a source model, the user's other files and a quantkit checkpoint."""
+    home = tmp_path / "home"
+    work = home / "work"
+    src = work / "model"
+    src.mkdir(parents=True)
+    (src / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "model_type": "llama"}))
+    (src / "model.safetensors").write_bytes(b"\0" * 64)
+    (work / "notes.txt").write_text("mine")
+    (work / "data").mkdir()
+    (work / "data" / "calib.jsonl").write_text("{}\n")
+    done = work / "model-fp8"
+    done.mkdir()
+    (done / "quantkit.json").write_text("{}")
+    os.symlink(work / "nowhere", work / "dangling")
+    os.symlink(work / "loop-b", work / "loop-a")
+    os.symlink(work / "loop-a", work / "loop-b")
+    os.symlink(work, work / "here")
+    os.symlink(src, work / "src-link")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(work)
+    return {"home": home, "work": work, "src": src, "done": done}
+
+
+def _snapshot(folder: Path) -> dict[str, bytes | str]:
+    out: dict[str, bytes | str] = {}
+    for p in sorted(folder.rglob("*")):
+        rel = str(p.relative_to(folder))
+        out[rel] = os.readlink(p) if p.is_symlink() else (p.read_bytes() if p.is_file() else "dir")
+    return out
+
+
+# -o spellings that must never be written or replaced, with --force or without
+HOSTILE_OUTPUTS = [".", "./", "..", "../..", "model/..", "./model/../.", "here", "here/.", "model", "./model/",
+                   "src-link", "~", "~/", "/", "//", "/.", "dangling", "dangling/sub", "loop-a", "loop-b/x",
+                   "notes.txt", "data", "data/calib.jsonl", "{work}", "{work}/model", "{home}", "{work}/../work"]
+
+
+@pytest.mark.parametrize("spelling", HOSTILE_OUTPUTS)
+@pytest.mark.parametrize("force", [True, False])
+def test_no_spelling_of_a_protected_folder_is_an_output(desk, spelling, force):
+    before = _snapshot(desk["home"])
+    output = Path(spelling.format(work=desk["work"], home=desk["home"]))
+    with pytest.raises(UsageError) as refused:
+        check_output(output, desk["src"], force=force)
+    line = refused.value.one_line()
+    assert "\n" not in line and "-o" in line
+    assert _snapshot(desk["home"]) == before
+
+
+def test_what_may_be_written(desk):
+    work = desk["work"]
+    assert check_output(Path("new"), desk["src"], force=False) == work / "new"
+    (work / "empty").mkdir()
+    assert check_output(Path("empty"), desk["src"], force=False) == work / "empty"
+    assert check_output(Path("model-fp8"), desk["src"], force=True) == work / "model-fp8"  # quantkit's own
+    with pytest.raises(UsageError, match="already exists; pass --force"):
+        check_output(Path("model-fp8"), desk["src"], force=False)
+    assert check_output(Path("model/quantized"), desk["src"], force=False) == work / "model" / "quantized"
+
+
+def test_replacing_leaves_nothing_old_behind(tmp_path):
+    out, tmp = tmp_path / "out", tmp_path / ".out.tmp-1"
+    out.write_text("an old file")  # -o FILE: the old thing goes, by unlink, not rmtree
+    tmp.mkdir()
+    (tmp / "quantkit.json").write_text("{}")
+    _replace(tmp, out)
+    assert (out / "quantkit.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_convert_dot_force_is_refused_and_deletes_nothing(desk, tmp_path):
+    before = _snapshot(desk["home"])
+    env = {**os.environ, "QUANTKIT_HOME": str(tmp_path / "qk"), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "quantkit", "convert", "model", "--method", "fp8", "-o", ".",
+                           "--force"], cwd=desk["work"], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "writing there would replace it" in lines[0], proc.stderr
+    assert _snapshot(desk["home"]) == before
+
+
+# -- a variant's label ------------------------------------------------------------------------------
+
+HOSTILE_LABELS = ["x/../../../escaped", "../up", "..", ".", ".hidden", "a/b", "a\\b", "/abs", "~/x", "a/",
+                  "x\0y", "", " ", "tab\tname", "new\nline", "-flag", "a" * 101, "..\\..\\win", "%2e%2e/x", "é/x"]
+
+
+@pytest.mark.parametrize("label", HOSTILE_LABELS)
+def test_a_variant_label_must_be_a_plain_name(tmp_path, label):
+    from quantkit.recipe import load_run
+
+    recipe = tmp_path / "run.yaml"
+    recipe.write_text("kind: run\nname: t\nmodel: smollm2-135m\nmethods:\n  - method: fp8\n"
+                      f"    name: {json.dumps(label)}\n")
+    with pytest.raises(UsageError, match=rf"{recipe}:6: methods\.0\.name: .*not a plain name") as refused:
+        load_run(recipe)
+    assert "\n" not in str(refused.value)
+
+
+def test_stages_refuse_a_folder_outside_the_models_folder(tmp_path, monkeypatch):
+    """A RunRecipe built in code skips the YAML check: the path itself is refused."""
+    from quantkit.pipeline import stages
+    from quantkit.recipe import MethodEntry
+
+    monkeypatch.setenv("QUANTKIT_MODELS_DIR", str(tmp_path / "models"))
+    ctx = type("Ctx", (), {"model": type("M", (), {"name": "m"})()})()
+    entry = MethodEntry.model_construct(method="fp8", name="x/../../../escaped", checkpoint=None, recipe=None,
+                                        num_samples=None, seq_len=None, calib=None, group_size=None, backend=None)
+    with pytest.raises(UsageError, match="outside the models folder"):
+        stages.checkpoint_dir(ctx, entry)
+    fine = MethodEntry(method="fp8", name="fp8-dynamic")
+    assert stages.checkpoint_dir(ctx, fine).parent == tmp_path / "models"
