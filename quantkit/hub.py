@@ -37,6 +37,11 @@ used rather than upload_folder because, with hf_xet installed, upload_folder may
 into several commits; a single commit is atomic: an upload that dies before it leaves the repo
 as it was. Files whose remote hash equals the local one are skipped by the client, and a commit
 with nothing left is not made; `push` reports "nothing changed" then.
+A repo (revision) that already holds another checkpoint's files (weights, their index, a
+quantization config) that this one does not have is refused: the old shards and index beside the
+new weights would load as a mix of both. With `--force` those files are deleted in the same
+commit (CommitOperationDelete), so the repo holds exactly the new checkpoint; other files (a
+LICENSE, images) are left.
 No uploaded file names a folder of this machine: quantkit.json, the card and every other text file
 (configs, recipe.yaml, tokenizer files) go up with the checkout, the home directory, QUANTKIT_HOME,
 the data and models folders and the checkpoint itself written as `<checkout>`, `~`,
@@ -57,6 +62,7 @@ from typing import Any
 
 from . import __version__, settings
 from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
+from .files import atomic_write_text
 from .evals.gates import GateVerdict, RecoveryReport, gate_failure_message, gates_text
 from .report.card import build_card
 from .report.gather import Evidence, evidence_for, variant_of
@@ -72,6 +78,9 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~$<>-])/(?:[\w.+@-]+/)*[\w.+@-]+")
 PATH_CHAR = r"[\w.+@-]"
 # quantkit's result folders: their numbers are in the card; the files hold local paths and logs
 LOCAL_ONLY_DIRS = {"quantkit-bench", "quantkit-eval", ".cache", ".git"}
+# Files that make up a checkpoint for a loader: a stale one beside new weights is read with them.
+CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
+CHECKPOINT_NAMES = {"quantize_config.json", "quant_config.json", "recipe.yaml", "quantkit.json"}
 
 
 def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None) -> Evidence:
@@ -199,7 +208,8 @@ def card(model_dir: str | Path, output: str | Path | None = None, *, repo: str |
         ev = gather_evidence(store, path, gates)
         model_card = build_card(store, ev, repo, base_model=base_model)
     out = Path(output) if output else path / "README.md"
-    out.write_text(scrub_paths(str(model_card), local_roots(path), own=True))
+    # atomic: a full disk leaves the old card (or none), never an empty README.md
+    atomic_write_text(out, _masked(scrub_paths(str(model_card), local_roots(path), own=True)))
     return {"path": str(out), "validated": ev.validated, "reason": ev.reason, "model": ev.model, "variant": ev.variant}
 
 
@@ -237,8 +247,8 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
     if not token:
         raise SetupError("no Hugging Face token: set HF_TOKEN or run `hf auth login` (a token with write access)")
     try:
-        readme = scrub_paths(str(model_card), local_roots(path), own=True).encode()
-        result = _upload(path, repo, files, readme, token=token, private=private,
+        readme = _masked(scrub_paths(str(model_card), local_roots(path), own=True)).encode()
+        result = _upload(path, repo, files, readme, token=token, private=private, force=force,
                          revision=revision, create_pr=create_pr,
                          commit_message=commit_message or f"quantkit {__version__}: {ev.convert.get('method') if ev.convert else path.name} checkpoint with measured model card")
     except BaseException as exc:  # noqa: BLE001 - mapped to one line below, re-raised otherwise
@@ -251,8 +261,8 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
 
 
 def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes, *, token: str, private: bool,
-            revision: str | None, create_pr: bool, commit_message: str) -> dict[str, Any]:
-    from huggingface_hub import CommitOperationAdd, HfApi
+            revision: str | None, create_pr: bool, commit_message: str, force: bool = False) -> dict[str, Any]:
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
     from huggingface_hub.errors import RevisionNotFoundError
 
     from .console import info
@@ -270,13 +280,37 @@ def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes,
     ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=upload_bytes(name, p, roots) or str(p))
            for name, p in files]
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
-    info(f"pushing {len(ops)} files of {path.name} to {repo} ({target}) in one commit")
+    stale = _stale_checkpoint_files(api, repo, target, {name for name, _ in files}) if head else []
+    if stale and not force:
+        shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
+        raise UsageError(f"{repo} ({target}) holds checkpoint files that {path.name} does not have ({shown}): "
+                         "they would stay beside the new weights; pass --force to delete them in the same commit, "
+                         "or push to a new --repo or --revision")
+    ops += [CommitOperationDelete(path_in_repo=name) for name in stale]
+    info(f"pushing {len(files) + 1} files of {path.name} to {repo} ({target}) in one commit"
+         + (f", deleting {len(stale)} old checkpoint file(s)" if stale else ""))
     commit = api.create_commit(repo, ops, commit_message=commit_message, revision=revision, create_pr=create_pr)
     # The client drops files whose remote hash equals the local one and, when none is left,
     # makes no commit and returns the branch head: the head did not move, nothing changed.
     changed = commit.oid != head if not create_pr else bool(commit.pr_url)
     return {"repo": repo, "url": str(url), "revision": target, "commit": commit.oid, "changed": changed,
-            "commit_url": commit.commit_url if changed else None, "pr_url": commit.pr_url}
+            "commit_url": commit.commit_url if changed else None, "pr_url": commit.pr_url, "deleted": stale}
+
+
+def _stale_checkpoint_files(api, repo: str, revision: str, new: set[str]) -> list[str]:
+    """The repo's checkpoint files (weights, their index, quantization configs) that the new
+    commit does not write: left there, a loader would read them with the new weights."""
+    def is_checkpoint(name: str) -> bool:
+        base = name.rsplit("/", 1)[-1]
+        return base.endswith(CHECKPOINT_SUFFIXES) or base.endswith(".index.json") or base in CHECKPOINT_NAMES
+
+    return sorted(n for n in api.list_repo_files(repo, revision=revision) if is_checkpoint(n) and n not in new)
+
+
+def _masked(text: str) -> str:
+    from .serve.config import mask_text
+
+    return mask_text(text)
 
 
 def _scrub(text: str, token: str | None) -> str:

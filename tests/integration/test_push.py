@@ -438,3 +438,82 @@ def test_card_keeps_the_points_of_a_bench_that_stopped_early(world, tmp_path):
     assert "| concurrency 1 | 4 (0) | 17.0 | 22.0 |" in text
     assert "The benchmark stopped early (failed: the server died during the point at concurrency 16: exit code -9)" in text
     assert "concurrency 16 |" not in text.split("## How to serve")[0].split("## Throughput")[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Issue 31: a push leaves exactly the new checkpoint; no secret goes up
+
+
+def _sharded_copy(world) -> Path:
+    """Another checkpoint in the same repo: the weights in two shards and their index."""
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    other = world["tmp"] / "models" / "smollm2-135m-gptq-sharded"
+    shutil.copytree(world["ckpt"], other)
+    tensors = load_file(str(other / "model.safetensors"))
+    (other / "model.safetensors").unlink()
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[:1], "model-00002-of-00002.safetensors": names[1:]}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k] for k in keys}, str(other / shard), metadata={"format": "pt"})
+    (other / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {k: shard for shard, keys in shards.items() for k in keys}}))
+    (other / "quantize_config.json").write_text('{"bits": 4}\n')
+    return other
+
+
+def test_push_over_another_checkpoint_refuses_then_replaces_it_whole_with_force(world):
+    hub = world["hub"]
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    first = quantkit(world, "push", _sharded_copy(world), "--repo", ORG_REPO, "--force")  # not validated: --force
+    assert first.returncode == 0, first.stderr
+    commits = len(hub.commits(ORG_REPO))
+
+    refused = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert refused.returncode == 2, refused.stderr
+    line = _one_line(refused.stderr)
+    assert "holds checkpoint files that smollm2-135m-gptq does not have (model-00001-of-00002.safetensors" in line
+    assert "--force to delete them in the same commit" in line
+    assert len(hub.commits(ORG_REPO)) == commits  # nothing published
+
+    forced = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["deleted"] == [
+        "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+        "quantize_config.json"]
+    assert len(hub.commits(ORG_REPO)) == commits + 1  # the deletions and the new files: one commit
+    got = files_of(download(world))
+    local = {k for k in files_of(world["ckpt"]) if not k.startswith(("quantkit-bench/", "quantkit-eval/"))}
+    assert set(got) == local | {"README.md", ".gitattributes"}
+
+
+def test_a_secret_serving_flag_never_reaches_the_card_or_the_hub(world):
+    """A bench served with --serve-arg hf-token=... and api-key=...: the record, the card's `vllm
+    serve` line and the uploaded files show '***'."""
+    from quantkit.serve.config import ServeConfig
+    from quantkit.store import Store, run_key
+
+    secret = "hf_NotTheTestToken_but_a_Secret_0042"
+    store_runs(world["home"], world["ckpt"], world["baseline"], bench=False)
+    config = ServeConfig.from_options([f"hf-token={secret}", f"api-key={secret}"], enforce_eager=True)
+    run = bench_run(world["ckpt"], [17.0, 72.0])
+    run.server.serve_config = config.model_dump()  # a Python dump, with the values
+    run.server.args = ["vllm", "serve", str(world["ckpt"]), *config.to_args()]
+    with Store(world["home"] / "results.db") as store:
+        rid = store.begin(run_key("bench", secret=1), "bench", "smollm2-135m", "gptq",
+                          {"checkpoint": str(world["ckpt"]), "serve": config.model_dump()})
+        store.finish(rid, run.model_dump(mode="json", exclude={"path"}))
+    card = world["tmp"] / "card.md"
+    proc = quantkit(world, "card", world["ckpt"], "-o", card)
+    assert proc.returncode == 0, proc.stderr
+    text = card.read_text()
+    assert secret not in text, [l for l in text.splitlines() if secret in l]
+    assert "--hf-token *** --api-key ***" in text
+    pushed = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert pushed.returncode == 0, pushed.stderr
+    for name, data in files_of(download(world)).items():
+        assert secret.encode() not in data, name
+    db = b"".join(p.read_bytes() for p in world["home"].iterdir() if p.name.startswith("results.db"))
+    assert secret.encode() not in db
