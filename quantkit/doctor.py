@@ -114,6 +114,15 @@ def _disk():
     return worst, detail
 
 
+def _leftovers():
+    from .housekeeping import leftovers, leftovers_line
+
+    found = leftovers()
+    if found:
+        return "warn", leftovers_line(found)
+    return "ok", f"no left-over temporary files in {settings.models_dir()}"
+
+
 def _limits(concurrency: int):
     from .machine import load_limits
 
@@ -132,6 +141,7 @@ def run_checks(concurrency: int = 256, recipe: str | None = None) -> list[Check]
     checks = [_try("main environment", _main_env), _try("vLLM environment", _vllm_env)]
     checks += _backends()
     checks += [_try("offline data", _data), _try("result store", _store), _try("disk space", _disk),
+               _try("left-over files", _leftovers),
                _try(f"load-test limits (c={concurrency})", lambda: _limits(concurrency))]
     return checks
 

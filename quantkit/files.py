@@ -43,6 +43,25 @@ def atomic_write_json(path: Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
+def unique_path(folder: Path, prefix: str, suffix: str, stamp: str | None = None) -> Path:
+    """A new file `folder/<prefix><stamp><suffix>` that did not exist: created empty (O_EXCL), so
+    two processes asking in the same second (two benches' exports) never get the same name; a
+    taken name gets `-2`, `-3`, ... before the suffix. The caller then writes it (atomically)."""
+    from datetime import datetime, timezone
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    stamp = stamp if stamp is not None else datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for n in range(1, 10_000):
+        path = folder / f"{prefix}{stamp}{'' if n == 1 else f'-{n}'}{suffix}"
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666))
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free name for {prefix}{stamp}*{suffix} in {folder}")
+
+
 def read_jsonl(path: Path) -> list[Any]:
     """Every non-blank line of `path` parsed; a bad line is `file:line: not JSON (reason)`."""
     rows = []

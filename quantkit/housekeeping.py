@@ -8,6 +8,9 @@ weights that are gone. (Log files are pruned to the newest QUANTKIT_KEEP_LOGS as
 
 from __future__ import annotations
 
+import os
+import re
+import shlex
 import shutil
 import time
 from pathlib import Path
@@ -46,6 +49,50 @@ def list_checkpoints(store: Store) -> list[dict[str, Any]]:
             "models": sorted({r.model for r in records}),
         })
     return rows
+
+
+# What a killed process leaves in the models folder: a convert's temporary folder, a replaced
+# checkpoint that was not yet deleted, an atomic write's temporary file (files.py).
+_LEFTOVER = re.compile(r"^\..+\.(tmp-[^/]+|old-(?P<pid>\d+)|[A-Za-z0-9_]{8}\.tmp)$")
+
+
+def leftovers() -> list[Path]:
+    """Temporary folders and files that a killed convert or write left in the models folder (and
+    in the checkpoints and their result folders there); nothing reads them. A replaced checkpoint
+    whose process still runs is being deleted right now: not listed."""
+    root = settings.models_dir()
+    if not root.is_dir():
+        return []
+    folders = [root] + [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    folders += [f / sub for f in folders[1:] for sub in ("quantkit-bench", "quantkit-eval") if (f / sub).is_dir()]
+    found = []
+    for folder in folders:
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for path in entries:
+            m = _LEFTOVER.match(path.name)
+            if m and not (m.group("pid") and _running(int(m.group("pid")))):
+                found.append(path)
+    return found
+
+
+def leftovers_line(paths: list[Path]) -> str:
+    """One line: how many, which, and the command that removes them."""
+    shown = " ".join(shlex.quote(str(p)) for p in paths)
+    return (f"{len(paths)} left-over temporary file(s) or folder(s) from an interrupted convert or write "
+            f"(nothing uses them): remove them with `rm -rf {shown}` once no quantkit convert is running")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def remove_checkpoint(store: Store, ref: str, *, keep_records: bool = False) -> dict[str, Any]:

@@ -24,12 +24,17 @@ def _size(n: int | None) -> str:
 @models_app.command("ls")
 def models_ls(json: Json = False, quiet: Quiet = False) -> None:
     """List checkpoints in the models folder or named by stored records: size, age, method, records."""
-    from ..housekeeping import list_checkpoints
+    from ..console import warn
+    from ..housekeeping import leftovers, leftovers_line, list_checkpoints
     from ..store import Store
 
     def body():
         with Store() as store:
-            return list_checkpoints(store)
+            rows = list_checkpoints(store)
+        found = leftovers()
+        if found:  # on stderr: the rows on stdout stay what they were
+            warn(leftovers_line(found))
+        return rows
 
     def human(rows):
         table = Table("checkpoint", "method", "size", "age (days)", "records", "model")
