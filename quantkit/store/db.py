@@ -9,7 +9,8 @@ defines the result (model fingerprint, the recipe entry of that stage, hardware,
 quantkit version), so `quantkit run` skips a key that is already done (resume) and `--force`
 redoes it. A stage is inserted as `running`, and becomes `done` (with its result JSON) or
 `failed` (with the reason) in one transaction; rows left `running` by a killed process are
-marked `interrupted` when the next run starts. At most one `done` row per key (a unique index).
+marked `interrupted` when the next run begins their key, and a key whose process still runs (pid,
+host and process start time: live.py) is refused instead. At most one `done` row per key (a unique index).
 Bench points (and tune entries) are appended to `points` as each one finishes, so a killed
 bench keeps them.
 
@@ -304,6 +305,14 @@ class Store:
                 " started_at) VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?)",
                 (key, kind, model, variant, _dump(params), recipe_hash, pid, host, started, now()))
             return int(cur.lastrowid)
+
+    def live_runs(self, keys: list[str]) -> list[tuple[str, int, str]]:
+        """(key, pid, since) of the given keys' `running` records whose process is alive now: a
+        caller may refuse a whole run up front instead of stage by stage (begin() refuses each)."""
+        marks = ", ".join("?" for _ in keys)
+        rows = self.db.execute(f"SELECT run_key, pid, host, proc_start, started_at FROM records WHERE status = 'running'"
+                               f" AND run_key IN ({marks})", list(keys)).fetchall() if keys else []
+        return [(key, pid, since) for key, pid, host, start, since in rows if live.alive(pid, host, start)]
 
     def add_point(self, record_id: int, point: dict[str, Any]) -> None:
         with self.transaction():

@@ -108,6 +108,7 @@ def test_a_live_runs_record_is_not_taken_over(tmp_path):
             with pytest.raises(StoreError, match=rf"another quantkit process now \(pid {holder.pid},"):
                 store.begin(key, "convert", "m", "fp8", {})
             assert [r.status for r in store.records()] == ["running"]  # its record untouched
+            assert [(k, pid) for k, pid, _ in store.live_runs([key, "ffff"])] == [(key, holder.pid)]
     finally:
         holder.kill()
         holder.wait()
