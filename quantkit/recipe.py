@@ -18,9 +18,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from . import safeload
 from .errors import UsageError, did_you_mean
 from .evals.gates import Gates, GrowSettings
 from .measure.capacity import CapacitySettings
@@ -132,25 +132,10 @@ class Recipe(Strict):
 # Loading
 
 
-def _line_index(text: str) -> dict[tuple, int]:
-    """Map each key path in a YAML mapping to the 1-based line it starts on."""
-    index: dict[tuple, int] = {}
-
-    def walk(node: yaml.Node, path: tuple) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                key_path = path + (key_node.value,)
-                index[key_path] = key_node.start_mark.line + 1
-                walk(value_node, key_path)
-        elif isinstance(node, yaml.SequenceNode):
-            for i, item in enumerate(node.value):
-                index[path + (i,)] = item.start_mark.line + 1
-                walk(item, path + (i,))
-
-    root = yaml.compose(text)
-    if root is not None:
-        walk(root, ())
-    return index
+def _line_index(text: str, source: str = "<recipe>") -> dict[tuple, int]:
+    """Map each key path in a YAML mapping to the 1-based line it starts on (aliases walked once;
+    a bomb, a cycle or deep nesting is a UsageError with file:line: safeload.py)."""
+    return safeload.line_index(safeload.compose_yaml(text, source))
 
 
 def _explain(exc: ValidationError, source: str, lines: dict[tuple, int], root: type[BaseModel] | None = None) -> str:
@@ -176,13 +161,7 @@ def _explain(exc: ValidationError, source: str, lines: dict[tuple, int], root: t
 
 def parse_model(text: str, source: str, model: type[BaseModel], what: str = "a recipe") -> BaseModel:
     """YAML text -> a validated pydantic model, every error one line with file:line."""
-    try:
-        data = yaml.safe_load(text)
-        lines = _line_index(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise UsageError(f"{source}{line}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    data, lines = safeload.load_yaml(text, source)  # bad YAML, an alias bomb: one line with file:line
     if not isinstance(data, dict):
         raise UsageError(f"{source}: {what} is a YAML mapping (key: value lines)")
     try:
@@ -381,10 +360,7 @@ def load_run(path: str | Path) -> RunRecipe:
             raise UsageError(f"run recipe {path} does not exist (built-in: {', '.join(names)})")
     else:
         text, source = p.read_text(), str(p)
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        data = None  # parse_model reports it with file:line
+    data, _ = safeload.load_yaml(text, source)  # bad YAML, an alias bomb: one line with file:line
     if isinstance(data, dict) and "kind" not in data and ("method" in data or "scheme" in data):
         raise UsageError(f"{source} is a method recipe (one quantization method); `quantkit run` wants a run recipe "
                          f"(kind: run, model:, methods:); convert with it: quantkit convert MODEL --recipe {source}, "
