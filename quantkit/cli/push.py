@@ -28,6 +28,27 @@ def _gates(min_recovery: float | None, min_task_recovery: float | None, gate: li
     return gates.model_dump() if gates is not None else {}
 
 
+def check_repo_id(repo: str) -> str:
+    """`--repo` as the Hub will take it, checked here in a second (the Hub's own rules, through
+    huggingface_hub's validator) instead of after the evidence is gathered, or as an HTTP 400
+    from the upload; always ORG/NAME, since a bare NAME would land in whichever account the token
+    belongs to."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    from ..errors import UsageError
+
+    rules = ("of letters, digits, '-', '_' and '.' (no leading or trailing '-' or '.', no '--' or '..', "
+             "no .git ending, a name of at most 96 characters)")
+    if repo.count("/") != 1:
+        raise UsageError(f"--repo must be ORG/NAME (got '{repo}'), {rules}")
+    try:
+        validate_repo_id(repo)
+    except HFValidationError:
+        raise UsageError(f"--repo '{repo}' is not a valid Hub repository id: use ORG/NAME {rules}") from None
+    return repo
+
+
 @app.command()
 def push(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder (its runs must be in the result store)."),
@@ -48,6 +69,7 @@ def push(
     from .. import hub
 
     def body():
+        check_repo_id(repo)
         return hub.push(model_dir, repo, private=private, revision=revision, create_pr=create_pr,
                         commit_message=commit_message, force=force, base_model=base_model,
                         gates=_gates(min_recovery, min_task_recovery, gate))
@@ -80,6 +102,8 @@ def card(
     from .. import hub
 
     def body():
+        if repo is not None:
+            check_repo_id(repo)
         return hub.card(model_dir, output, repo=repo, base_model=base_model,
                         gates=_gates(min_recovery, min_task_recovery, gate))
 
