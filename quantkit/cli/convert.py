@@ -42,11 +42,31 @@ def convert(
         "group_size": group_size,
         "backend": backend,
     }
-    run_command(
-        lambda: do_convert(model, method, output, recipe, overrides, force, verify),
-        mode(json, quiet),
-        _print_record,
-    )
+    def body():
+        _refuse_calibration_flags(method, recipe, {"--num-samples": num_samples, "--seq-len": seq_len, "--calib": calib})
+        return do_convert(model, method, output, recipe, overrides, force, verify)
+
+    run_command(body, mode(json, quiet), _print_record)
+
+
+def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dict[str, object]) -> None:
+    """Calibration flags on a data-free method (fp8, w4a16-rtn, w8a16) are refused, not ignored:
+    the user expects the data to shape the weights, and the checkpoint (whose record says no
+    calibration) would not be what they asked for; a warning scrolls away in a long convert and is
+    not seen with --json or --quiet, and leaving the flag out costs nothing."""
+    given = [flag for flag, value in flags.items() if value is not None]
+    if not given or (method is None and recipe is None):
+        return  # nothing to refuse, or plan() says what is missing
+    chosen = recipes.load(recipe).method if recipe else recipes.check_method(method)  # type: ignore[arg-type]
+    if method is not None and recipe is not None and recipes.check_method(method) != chosen:
+        return  # plan() reports the contradiction itself
+    if chosen not in recipes.CALIBRATED_METHODS:
+        from ..errors import UsageError
+
+        calibrated = ", ".join(sorted(recipes.CALIBRATED_METHODS))
+        raise UsageError(f"{' and '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to {chosen}: it is data-free "
+                         f"(no calibration); leave {'them' if len(given) > 1 else 'it'} out, or use a calibrated method "
+                         f"({calibrated})")
 
 
 def _print_record(record) -> None:
