@@ -100,3 +100,37 @@ def keep_logs() -> int:
         return max(1, int(value))
     except ValueError:
         raise SetupError(f"QUANTKIT_KEEP_LOGS={value} is not a number; give how many log files to keep (e.g. 50)") from None
+
+
+DEFAULT_STARTUP_TIMEOUT_S = 600.0
+
+
+def startup_timeout() -> float:
+    """Seconds a vLLM server may take to become ready before quantkit gives up on it
+    (QUANTKIT_STARTUP_TIMEOUT; a command's --startup-timeout wins). A 70B model loading from a slow
+    disk, or a first torch.compile, can take longer than the default."""
+    value = os.environ.get("QUANTKIT_STARTUP_TIMEOUT", "")
+    if not value:
+        return DEFAULT_STARTUP_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise SetupError(f"QUANTKIT_STARTUP_TIMEOUT={value} is not a positive number of seconds; "
+                         f"set it e.g. to 1200, or unset it for {DEFAULT_STARTUP_TIMEOUT_S:.0f}")
+    return seconds
+
+
+def api_key() -> str | None:
+    """The API key quantkit sends (Authorization: Bearer) to a server given by --url:
+    QUANTKIT_API_KEY, else OPENAI_API_KEY (what vLLM's own clients and benchmark send). A server
+    quantkit starts is sent the key it was started with (--serve-arg api-key, or VLLM_API_KEY)."""
+    return os.environ.get("QUANTKIT_API_KEY") or os.environ.get("OPENAI_API_KEY") or None
+
+
+def served_model_name() -> str | None:
+    """The model name a server given by --url serves the checkpoint under, when it is neither the
+    checkpoint folder's name nor its path (QUANTKIT_SERVED_MODEL_NAME, e.g. vLLM's
+    --served-model-name of that server)."""
+    return os.environ.get("QUANTKIT_SERVED_MODEL_NAME") or None

@@ -10,10 +10,17 @@ import json
 import os
 import socket
 import subprocess
+from typing import TYPE_CHECKING, Any
 
 from .. import settings
 from ..errors import SetupError, UsageError
 from ..machine import has_gpu
+
+if TYPE_CHECKING:
+    import httpx
+
+MASK = "***"  # what a secret reads as wherever it is shown or stored
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     return free_ports(1, host)[0]
@@ -112,3 +119,61 @@ def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     env.update(extra or {})
     return env
+
+
+def api_key_of(extra: dict, env: dict[str, str] | None = None) -> str | None:
+    """The API key a vLLM server started with these `--serve-arg`s (ServeConfig.extra) wants:
+    its `--api-key`, else VLLM_API_KEY of the environment it gets (vLLM reads it then)."""
+    value = extra.get("api-key")
+    if hasattr(value, "get_secret_value"):  # a masked config type keeps the value behind this
+        value = value.get_secret_value()
+    if value:
+        return str(value)
+    return (env or {}).get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY") or None
+
+
+def auth_headers(key: str | None, where: str = "the API key") -> dict[str, str]:
+    """`Authorization: Bearer KEY` (as vLLM checks it), or nothing without a key. A key an HTTP
+    header cannot carry is refused here: httpx would fail every request with a protocol error,
+    which a wait loop reads as "not up yet" until its timeout."""
+    if not key:
+        return {}
+    if key != key.strip() or any(not (0x20 <= ord(c) < 0x7F) for c in key):
+        raise UsageError(f"{where} has characters an HTTP header cannot carry (spaces at its ends, "
+                         "control or non-ASCII characters); use a key of printable ASCII")
+    return {"Authorization": f"Bearer {key}"}
+
+
+def hide_secret(value: Any, secret: str | None) -> Any:
+    """`value` (argv, a config dump) with `secret` masked wherever it appears, and every secret
+    serving flag masked as serve/config.py reads them (when it has `mask_args`)."""
+    from . import config as config_module
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, str):
+            return v.replace(secret, MASK) if secret else v
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        return v
+
+    out = walk(value)
+    mask_args = getattr(config_module, "mask_args", None)
+    if mask_args is not None and isinstance(out, list) and all(isinstance(x, str) for x in out):
+        out = mask_args(out)
+    return out
+
+
+def raise_if_refused(response: "httpx.Response", what: str, sent_key: bool, fix: str) -> None:
+    """A 401/403 is an answer, not "not up yet": raise it at once, in one line."""
+    if response.status_code not in (401, 403):
+        return
+    detail = " ".join(response.text.split())[:120]
+    how = "refused the API key quantkit sent" if sent_key else "wants an API key, and quantkit sent none"
+    try:
+        path = response.request.url.path
+    except RuntimeError:  # a Response built by hand has no request
+        path = ""
+    raise UsageError(f"{what} {how} (HTTP {response.status_code} from {path}"
+                     + (f": {detail}" if detail else "") + f"); {fix}")

@@ -105,3 +105,12 @@ def _clip(text: str, limit: int = 500) -> str:
     # one readable line: vLLM lists e.g. every supported architecture (several KB) in one message
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
+
+
+def last_line(log_text: str, limit: int = 200) -> str:
+    """The log's last non-empty line without vLLM's prefix (what a waiting user wants to see)."""
+    for line in reversed(log_text.splitlines()):
+        body = _LOG_PREFIX.sub("", line).strip()
+        if body:
+            return _clip(body, limit)
+    return "no output yet"

@@ -8,7 +8,14 @@ found through `settings.backend_python("vllm")`, and everything else talks to it
     with VLLMServer(Path("models/smollm2-135m"), ServeConfig(enforce_eager=True)) as srv:
         srv.url, srv.api_url, srv.model_name, srv.info
 
-`RemoteServer(url)` has the same attributes for a server quantkit did not start (`--url`).
+`RemoteServer(url, checkpoint=DIR)` has the same attributes for a server quantkit did not start
+(`--url`); it refuses a server that serves another model than DIR, so no figure is stored under
+the wrong checkpoint.
+
+A server that wants an API key (`--serve-arg api-key=KEY`, or VLLM_API_KEY; for --url,
+QUANTKIT_API_KEY) is sent it as `Authorization: Bearer` on every request quantkit makes, and a
+401/403 ends the wait at once. `server.api_key` holds the key in memory for the load generator;
+everything shown or stored (ServerInfo: args, serve_config, api_key) has it masked.
 
 The server and every process it spawns (EngineCore, workers) share one process group created for
 it (start_new_session), so teardown is one `killpg`: SIGTERM, a grace period, then SIGKILL for
@@ -34,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from .. import checkpoint, settings
 from ..console import begin_activity, end_activity, info as log_info, sigterm_as_interrupt, warn
@@ -42,8 +49,12 @@ from ..errors import BackendError, UsageError
 from .config import ServeConfig
 from .formats import check_quantization_flag
 from ..machine import has_gpu
-from .env import check_port, free_port, serve_env, supported_architectures, vllm_command
-from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, parse_log
+from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, raise_if_refused, serve_env,
+                  supported_architectures, vllm_command)
+from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, last_line, parse_log
+
+PROGRESS_EVERY_S = 30.0  # a line while vLLM starts: a first start can take minutes of silence
+
 
 class ServerInfo(BaseModel):
     url: str
@@ -60,6 +71,13 @@ class ServerInfo(BaseModel):
     log_path: str | None = None
     pid: int | None = None  # the server's process and process-group id (None for --url)
     remote: bool = False
+    api_key: str | None = None  # MASK when requests carry an API key, else None; never the key
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _masked(cls, value: Any) -> str | None:
+        # whatever is assigned, a record or result file never holds the key itself
+        return MASK if value else None
 
 
 # --------------------------------------------------------------------------------------------
@@ -98,7 +116,7 @@ class VLLMServer:
         port: int | None = None,
         host: str = "127.0.0.1",
         log_path: Path | None = None,
-        startup_timeout: float = 600.0,
+        startup_timeout: float | None = None,
         env: dict[str, str] | None = None,
     ):
         self.model_dir = Path(model_dir).expanduser().absolute()
@@ -106,8 +124,11 @@ class VLLMServer:
         self.host = host
         self.port = port
         self.log_path = Path(log_path) if log_path else None
-        self.startup_timeout = startup_timeout
+        # None: QUANTKIT_STARTUP_TIMEOUT, else 600 s
+        self.startup_timeout = startup_timeout if startup_timeout is not None else settings.startup_timeout()
         self.extra_env = env
+        self._api_key = api_key_of(self.config.extra, env)
+        self._headers: dict[str, str] = {}
         self.model_name = self.model_dir.name
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
@@ -125,6 +146,12 @@ class VLLMServer:
     @property
     def api_url(self) -> str:
         return self.url + "/v1"
+
+    @property
+    def api_key(self) -> str | None:
+        """The key requests to this server must carry (Authorization: Bearer), or None. In
+        memory only: ServerInfo, records and logs have it masked."""
+        return self._api_key
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -156,6 +183,7 @@ class VLLMServer:
         # seconds here instead of a vLLM start that fails after a minute with a traceback
         checkpoint.validate(self.model_dir, supported_architectures(), weights=self.config.load_format != "dummy")
         check_quantization_flag(self.model_dir, self.config.quantization, gpu=has_gpu())
+        self._headers = auth_headers(self._api_key, "the API key (--serve-arg api-key or VLLM_API_KEY)")
         if self.port is None:
             self.port = free_port(self.host)
         else:
@@ -197,11 +225,12 @@ class VLLMServer:
             model_name=self.model_name,
             model_dir=str(self.model_dir),
             vllm_version=version,
-            args=argv,
-            serve_config=self.config.model_dump(mode="json"),
+            args=hide_secret(argv, self._api_key),
+            serve_config=hide_secret(self.config.model_dump(mode="json"), self._api_key),
             startup_s=round(time.monotonic() - started, 2),
             log_path=str(self.log_path),
             pid=self.pgid,
+            api_key=self._api_key,
             **parse_log(log_text),
         )
         log_info(
@@ -214,7 +243,12 @@ class VLLMServer:
         deadline = started + self.startup_timeout
         fatal_at: float | None = None  # when the log first said the engine failed
         next_scan = 0.0
-        with httpx.Client(timeout=5.0) as client:
+        next_progress = started + PROGRESS_EVERY_S
+        what = f"vLLM on {self.url} for {self.model_name}"
+        fix = ("it checks another key than the one it was started with (--serve-arg api-key, else VLLM_API_KEY): "
+               "is a proxy in front of it?" if self._api_key else
+               "pass the key with --serve-arg api-key=KEY: quantkit starts vLLM with it and sends it (Authorization: Bearer)")
+        with httpx.Client(timeout=5.0, headers=self._headers) as client:
             while True:
                 code = self.proc.poll()
                 if code is not None:
@@ -223,8 +257,13 @@ class VLLMServer:
                 if now > deadline:
                     raise BackendError(
                         f"vLLM did not become ready within {self.startup_timeout:.0f} s; last log line: "
-                        f"{failure_reason(self._read_log())} (log: {self.log_path})"
+                        f"{failure_reason(self._read_log())} (log: {self.log_path}); a slow first start "
+                        "may need more: --startup-timeout or QUANTKIT_STARTUP_TIMEOUT"
                     )
+                if now >= next_progress:
+                    next_progress = now + PROGRESS_EVERY_S
+                    log_info(f"vLLM still starting: {now - started:.0f} s of {self.startup_timeout:.0f} s; "
+                             f"last log line: {last_line(self._read_log())}")
                 if fatal_at is None and now >= next_scan:
                     next_scan = now + 2.0
                     if FATAL.search(self._read_log()):
@@ -232,8 +271,11 @@ class VLLMServer:
                 elif fatal_at is not None and now - fatal_at > FATAL_EXIT_GRACE_S:
                     raise self._start_failed(f"(its engine failed and it did not exit within {FATAL_EXIT_GRACE_S:.0f} s)")
                 try:
-                    if client.get(self.url + "/health").status_code == 200:
+                    health = client.get(self.url + "/health")
+                    raise_if_refused(health, what, bool(self._api_key), fix)  # vLLM's /health is open; a proxy's may not be
+                    if health.status_code == 200:
                         models = client.get(self.api_url + "/models")
+                        raise_if_refused(models, what, bool(self._api_key), fix)
                         if models.status_code == 200:
                             ids = [m.get("id") for m in models.json().get("data", [])]
                             if self.model_name in ids:
@@ -326,9 +368,11 @@ def _group_alive(pgid: int) -> bool:
 
 class RemoteServer:
     """An already running OpenAI-compatible server (`--url`): same attributes as VLLMServer,
-    nothing to start or stop."""
+    nothing to start or stop. With `checkpoint`, the server must serve it (`served_as`); a
+    `model_name` (or QUANTKIT_SERVED_MODEL_NAME) names the served model outright."""
 
-    def __init__(self, url: str, model_name: str | None = None, timeout: float = 10.0):
+    def __init__(self, url: str, model_name: str | None = None, timeout: float = 10.0, *,
+                 checkpoint: Path | None = None, api_key: str | None = None):
         url = url.strip().rstrip("/")
         if not re.match(r"^https?://", url):
             raise UsageError(f"--url {url} must start with http:// or https://")
@@ -336,9 +380,14 @@ class RemoteServer:
             url = url[: -len("/v1")]
         self.url = url
         self.api_url = url + "/v1"
+        self.api_key = api_key if api_key is not None else settings.api_key()
+        self._headers = auth_headers(self.api_key, "the API key (QUANTKIT_API_KEY or OPENAI_API_KEY)")
+        fix = ("set QUANTKIT_API_KEY to the key the server was started with (quantkit sends it as "
+               "Authorization: Bearer)")
         try:
-            with httpx.Client(timeout=timeout) as client:
+            with httpx.Client(timeout=timeout, headers=self._headers) as client:
                 response = client.get(self.api_url + "/models")
+                raise_if_refused(response, f"the server at {url}", bool(self.api_key), fix)
                 response.raise_for_status()
                 ids = [m.get("id") for m in response.json().get("data", [])]
                 try:
@@ -347,19 +396,23 @@ class RemoteServer:
                     version = None
         except httpx.HTTPStatusError as exc:
             raise BackendError(f"{self.api_url}/models answered HTTP {exc.response.status_code}; is it an OpenAI-compatible server?") from None
-        except (httpx.HTTPError, ValueError) as exc:
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
             raise BackendError(f"cannot reach {self.api_url}/models: {type(exc).__name__}: {exc}".rstrip(": ")) from None
+        ids = [str(i) for i in ids if i]
         if not ids:
             raise BackendError(f"{self.api_url}/models lists no model")
-        if model_name is not None and model_name not in ids:
-            raise UsageError(f"the server at {url} serves {', '.join(map(str, ids))}, not '{model_name}'")
-        self.model_name = model_name or ids[0]
-        self.info = ServerInfo(url=url, model_name=self.model_name, vllm_version=version, remote=True)
+        wanted = model_name or settings.served_model_name()
+        if wanted is not None and wanted not in ids:
+            raise UsageError(f"the server at {url} serves {', '.join(ids)}, not '{wanted}'"
+                             + ("" if model_name else " (QUANTKIT_SERVED_MODEL_NAME)"))
+        self.model_name = wanted or (served_as(ids, checkpoint, url) if checkpoint is not None else ids[0])
+        self.info = ServerInfo(url=url, model_name=self.model_name, vllm_version=version, remote=True,
+                               api_key=self.api_key)
 
     def alive(self) -> bool:
         try:
-            # /v1/models, not /health: any OpenAI-compatible server has it
-            return httpx.get(self.api_url + "/models", timeout=5.0).status_code == 200
+            # /v1/models, not /health: any OpenAI-compatible server has it (and a keyed one guards it)
+            return httpx.get(self.api_url + "/models", timeout=5.0, headers=self._headers).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -390,12 +443,36 @@ def serve_forever(server: VLLMServer, on_ready: Callable[[VLLMServer], None] | N
 Server = VLLMServer | RemoteServer
 
 
+def served_as(ids: list[str], checkpoint: Path, url: str) -> str:
+    """Which of a server's model ids is `checkpoint`, or a UsageError naming what it serves. vLLM
+    serves a model under --served-model-name (quantkit's own servers: the folder's name) or else
+    the --model it was given: this folder's path, a relative path or another host's path ending
+    in the same folder name, or, for a Hub cache snapshot, the Hub id. Anything else is another
+    model, whose figures must not be stored under this checkpoint."""
+    folder = Path(checkpoint).expanduser()
+    paths = {folder.absolute(), folder.resolve()}
+    names = {p.name for p in paths}
+    for p in paths:  # ~/.cache/huggingface/hub/models--ORG--NAME/snapshots/HASH
+        if p.parent.name == "snapshots" and p.parent.parent.name.startswith("models--"):
+            hub_id = p.parent.parent.name[len("models--"):].replace("--", "/")
+            names |= {hub_id, hub_id.rsplit("/", 1)[-1]}
+    for served in ids:
+        if served in names or Path(served) in paths or Path(served.rstrip("/")).name in names:
+            return served
+    raise UsageError(f"the server at {url} serves {', '.join(ids)}, not the checkpoint {folder.name} ({folder.absolute()}); "
+                     f"its figures would be stored under that checkpoint: point --url at the server of {folder.name}, "
+                     f"or, if it serves this checkpoint under another name, set QUANTKIT_SERVED_MODEL_NAME={ids[0]}")
+
+
 def open_server(model_dir: Path, url: str | None = None, config: ServeConfig | None = None, *,
-                port: int | None = None, startup_timeout: float = 600.0) -> Server:
-    """The one way a command gets its server: the running one at `url`, or vLLM started on
-    `model_dir` with `config` (enter it with `with`). Serving options do not apply to `url`."""
+                port: int | None = None, startup_timeout: float | None = None,
+                served_model_name: str | None = None) -> Server:
+    """The one way a command gets its server: the running one at `url` (which must serve
+    `model_dir`, or `served_model_name`), or vLLM started on `model_dir` with `config` (enter it
+    with `with`; `startup_timeout` None: QUANTKIT_STARTUP_TIMEOUT, else 600 s). Serving options do
+    not apply to `url`."""
     if url:
         if (config is not None and config != ServeConfig()) or port is not None:
             warn("serving options (--port, knobs, --serve-arg) do not apply to a server given by --url; ignored")
-        return RemoteServer(url)
+        return RemoteServer(url, served_model_name, checkpoint=model_dir)
     return VLLMServer(model_dir, config or ServeConfig(), port=port, startup_timeout=startup_timeout)
