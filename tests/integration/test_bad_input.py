@@ -65,6 +65,8 @@ def world(smollm2_dir, tmp_path_factory):
         "unknownarch": broken("unknownarch", arch),
         "notok": broken("notok", lambda f: [p.unlink() for p in f.glob("tokenizer*")]),
         "nonempty": broken("nonempty", lambda f: None),
+        "deepconfig": broken("deepconfig", lambda f: (f / "config.json").write_text("[" * 100_000 + "]" * 100_000)),
+        "listconfig": broken("listconfig", lambda f: (f / "config.json").write_text('["LlamaForCausalLM"]')),
     }
     (root / "prompts-bad.jsonl").write_text('{"prompt": "hi"}\nnot json\n')
     (root / "notjson.json").write_text("{ nope")
@@ -76,6 +78,10 @@ def world(smollm2_dir, tmp_path_factory):
     (root / "gate-task.yaml").write_text(run + "eval: {tasks: arc_easy}\ngates: {tasks: {piqa: 0.9}}\n")
     (root / "calib-missing.yaml").write_text(run + "methods: [{method: gptq, calib: /nonexistent/calib.jsonl}]\n")
     (root / "bad-method.yaml").write_text(run + "methods: [{method: gptqq}]\n")
+    (root / "bomb.yaml").write_text(run + _alias_bomb(9))  # 9^10 values expanded: a MemoryError before
+    (root / "bomb-method.yaml").write_text("name: b\nmethod: gptq\nscheme: W4A16\noptions:\n"
+                                           + "".join("  " + line + "\n" for line in _alias_bomb(9).splitlines()))
+    (root / "recursive.yaml").write_text(run + "serve: &s {extra: [*s]}\n")
     not_exec = root / "not-executable"
     not_exec.write_text("#!/bin/sh\n")
     # the vLLM environment's architecture list, asked once (seconds) and cached in the home
@@ -85,6 +91,13 @@ def world(smollm2_dir, tmp_path_factory):
     subprocess.run([sys.executable, "-m", "quantkit", "--version"], check=True, capture_output=True, timeout=120)
     reference_s = time.monotonic() - started
     return {"root": root, "home": home, "not_exec": not_exec, "limit_s": FAIL_FAST_S + 4 * reference_s, **folders}
+
+
+def _alias_bomb(depth: int) -> str:
+    """A few hundred bytes of YAML whose aliases expand to 9^(depth+1) values."""
+    lines = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, depth + 1)]
+    return "\n".join(lines) + "\n"
 
 
 def W(key: str, *parts: str):
@@ -104,6 +117,11 @@ CASES = [
     ("convert-group-size", ["convert", W("model"), "--method", "gptq", "--group-size", "3"], 2, ["power of two"], {}),
     ("convert-num-samples", ["convert", W("model"), "--method", "gptq", "--num-samples", "0"], 2, ["num_samples"], {}),
     ("convert-bad-config", ["convert", W("badconfig"), "--method", "fp8"], 2, ["not valid JSON"], {}),
+    ("convert-deep-config", ["convert", W("deepconfig"), "--method", "fp8"], 2, ["deepconfig/config.json is not a valid Hugging Face config", "nests deeper"], {}),
+    ("convert-fp8-num-samples", ["convert", W("model"), "--method", "fp8", "--num-samples", "8"], 2, ["--num-samples does not apply to fp8", "data-free", "leave it out"], {}),
+    ("convert-rtn-calib", ["convert", W("model"), "--method", "w4a16-rtn", "--calib", "c4", "--seq-len", "64"], 2, ["--seq-len and --calib do not apply to w4a16-rtn"], {}),
+    ("convert-recipe-data-free", ["convert", W("model"), "--recipe", "w8a16", "--num-samples", "8"], 2, ["does not apply to w8a16"], {}),
+    ("convert-recipe-alias-bomb", ["convert", W("model"), "--recipe", W("root", "bomb-method.yaml")], 2, ["bomb-method.yaml:10:", "alias bomb"], {}),
     ("convert-unknown-backend", ["convert", W("model"), "--method", "gptq", "--backend", "gptqmodl"], 2, ["unknown backend", "did you mean 'gptqmodel'"], {}),
     # bench: numbers, paths, checkpoints, environments
     ("bench-empty-item", ["bench", W("model"), "-c", "1,,4"], 2, ["--concurrency", "1,4,16"], {}),
@@ -120,6 +138,8 @@ CASES = [
     ("bench-truncated-weights", ["bench", W("truncated"), "--enforce-eager"], 2, ["truncated or damaged", "re-download or re-convert"], {}),
     ("bench-config-not-json", ["bench", W("badconfig")], 2, ["not valid JSON"], {}),
     ("bench-no-config", ["bench", W("noconfig")], 2, ["no config.json"], {}),
+    ("bench-deep-config", ["bench", W("deepconfig")], 2, ["deepconfig/config.json is not a valid Hugging Face config", "nests deeper"], {}),
+    ("bench-list-config", ["bench", W("listconfig")], 2, ["listconfig/config.json is not a valid Hugging Face config", "a list, not an object"], {}),
     ("bench-unknown-architecture", ["bench", W("unknownarch")], 2, ["NoSuchForCausalLM", "not supported"], {}),
     ("bench-url-scheme", ["bench", W("model"), "--url", "localhost:8000"], 2, ["http://"], {}),
     ("bench-url-unreachable", ["bench", W("model"), "--url", "http://127.0.0.1:9", "-c", "1"], 1, ["cannot reach"], {}),
@@ -133,6 +153,7 @@ CASES = [
     # serve
     ("serve-missing-dir", ["serve", "/nonexistent/dir"], 2, ["does not exist"], {}),
     ("serve-truncated", ["serve", W("truncated")], 2, ["truncated or damaged"], {}),
+    ("serve-deep-config", ["serve", W("deepconfig")], 2, ["config.json is not a valid Hugging Face config"], {}),
     # tune
     ("tune-missing-dir", ["tune", "/nonexistent/dir"], 2, ["does not exist"], {}),
     ("tune-bad-slo", ["tune", W("model"), "--slo", "latency=1"], 2, ["--slo"], {}),
@@ -147,6 +168,7 @@ CASES = [
     ("eval-gate-syntax", ["eval", W("model"), "--tasks", "arc_easy", "--gate", "arc_easy"], 2, ["TASK=MIN_RECOVERY"], {}),
     ("eval-baseline-missing", ["eval", W("model"), "--tasks", "arc_easy", "--baseline", "/nonexistent/b.json"], 2, ["baseline"], {}),
     ("eval-no-config", ["eval", W("noconfig"), "--tasks", "arc_easy"], 2, ["no config.json"], {}),
+    ("eval-deep-config", ["eval", W("deepconfig"), "--tasks", "arc_easy"], 2, ["config.json is not a valid Hugging Face config"], {}),
     ("eval-data-dir", ["eval", W("model"), "--tasks", "arc_easy"], 1, ["QUANTKIT_DATA_DIR", "not a directory"], {"QUANTKIT_DATA_DIR": "/nonexistent/data"}),
     # run
     ("run-method-recipe", ["run", W("root", "method.yaml")], 2, ["method recipe", "run recipe"], {}),
@@ -157,6 +179,8 @@ CASES = [
     ("run-calibration-missing", ["run", W("root", "calib-missing.yaml")], 2, ["/nonexistent/calib.jsonl"], {}),
     ("run-bad-method", ["run", W("root", "bad-method.yaml")], 2, ["unknown method 'gptqq'"], {}),
     ("run-missing", ["run", "/nonexistent/run.yaml"], 2, ["does not exist"], {}),
+    ("run-alias-bomb", ["run", W("root", "bomb.yaml")], 2, ["bomb.yaml:9:", "alias bomb"], {}),
+    ("run-recursive-alias", ["run", W("root", "recursive.yaml")], 2, ["recursive.yaml:4:", "recursive alias"], {}),
     # the store and what reads it
     ("compare-unknown-model", ["compare", "--model", "nope"], 2, ["nothing stored for model 'nope'"], {}),
     ("runs-show-unknown", ["runs", "show", "ffffffffff"], 2, ["no run with key"], {}),
@@ -164,6 +188,10 @@ CASES = [
     ("runs-import-not-json", ["runs", "import", W("root", "notjson.json")], 2, ["is not JSON"], {}),
     ("push-bad-repo", ["push", W("model"), "--repo", "no-slash"], 2, ["ORG/NAME"], {}),
     ("push-missing-dir", ["push", "/nonexistent/dir", "--repo", "a/b"], 2, ["is not a folder"], {}),
+    ("push-repo-double-dash", ["push", W("model"), "--repo", "org/name--x"], 2, ["'org/name--x' is not a valid Hub repository id", "ORG/NAME"], {}),
+    ("push-repo-dot-git", ["push", W("model"), "--repo", "org/name.git"], 2, ["not a valid Hub repository id"], {}),
+    ("push-repo-non-ascii", ["push", W("model"), "--repo", "örg/name"], 2, ["not a valid Hub repository id"], {}),
+    ("card-repo-leading-dash", ["card", W("model"), "--repo", "org/-name", "-o", W("root", "card.md")], 2, ["not a valid Hub repository id"], {}),
     ("card-no-config", ["card", W("noconfig")], 2, ["no config.json"], {}),
     ("models-rm-unknown", ["models", "rm", "nope"], 2, ["not a checkpoint quantkit knows"], {}),
     ("unknown-command", ["benhc"], 2, ["No such command 'benhc'", "quantkit --help"], {}),
@@ -251,3 +279,116 @@ def test_no_temp_file_survives_a_failed_write(tmp_path, monkeypatch):
     with pytest.raises(OSError):
         atomic_write_json(tmp_path / "bench.json", {"points": []})
     assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# Servers that are not what they seem (issue 31): loopback stand-ins, no vLLM started
+
+
+def _quantkit(world, args: list[str], timeout: float = 120, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    full_env = {**os.environ, "QUANTKIT_HOME": str(world["home"]), "NO_COLOR": "1", **env}
+    for name in ("QUANTKIT_API_KEY", "OPENAI_API_KEY", "VLLM_API_KEY", "QUANTKIT_SERVED_MODEL_NAME"):
+        if name not in env:
+            full_env.pop(name, None)
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "quantkit", *args], cwd=world["root"], capture_output=True,
+                          text=True, env=full_env, timeout=timeout)
+    return proc, time.monotonic() - started
+
+
+def _one_error_line(proc: subprocess.CompletedProcess) -> str:
+    assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-2000:]
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and proc.stderr.strip().splitlines()[-1] == errors[0], proc.stderr[-2000:]
+    return errors[0]
+
+
+def test_url_serving_another_model_stores_nothing_under_this_checkpoint(world):
+    from fixtures.hostile_server import HostileServer
+
+    before = _records(world["home"])
+    with HostileServer(model="another-model") as other:
+        for args in (["bench", str(world["model"]), "--url", other.url, "-c", "1"],
+                     ["bench", str(world["model"]), "--url", other.api_url, "--capacity", "--slo", "ttft_p95=1"],
+                     ["eval", str(world["model"]), "--url", other.url, "--tasks", "arc_easy", "--limit", "2"]):
+            proc, elapsed = _quantkit(world, args)
+            assert proc.returncode == 2, (args, proc.stderr[-2000:])
+            line = _one_error_line(proc)
+            assert f"the server at {other.url} serves another-model, not the checkpoint model" in line
+            assert "QUANTKIT_SERVED_MODEL_NAME=another-model" in line
+            assert elapsed < world["limit_s"]
+        proc, _ = _quantkit(world, ["bench", str(world["model"]), "--url", other.url, "-c", "1", "--json"])
+        assert proc.returncode == 2 and json.loads(proc.stdout)["exit_code"] == 2
+        assert "serves another-model" in json.loads(proc.stdout)["error"]
+    assert _records(world["home"]) == before
+
+
+def test_url_that_wants_an_api_key_says_which_setting_gives_it(world):
+    from fixtures.hostile_server import HostileServer
+
+    with HostileServer(model="model", key="s3cret-key") as keyed:
+        proc, _ = _quantkit(world, ["bench", str(world["model"]), "--url", keyed.url, "-c", "1"])
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        line = _one_error_line(proc)
+        assert "wants an API key, and quantkit sent none (HTTP 401 from /v1/models" in line and "QUANTKIT_API_KEY" in line
+        proc, _ = _quantkit(world, ["bench", str(world["model"]), "--url", keyed.url, "-c", "1"],
+                            QUANTKIT_API_KEY="wrong-key")
+        assert proc.returncode == 2 and "refused the API key quantkit sent" in _one_error_line(proc)
+        assert "wrong-key" not in proc.stderr + proc.stdout
+
+
+def _fake_vllm_env(world, tmp_path, mode: str, **env: str) -> tuple[dict[str, str], Path]:
+    from fixtures.hostile_server import fake_vllm
+
+    pids = tmp_path / "pids"
+    return {"QUANTKIT_VLLM": str(fake_vllm(tmp_path)), "HOSTILE_MODE": mode, "HOSTILE_PIDS": str(pids), **env}, pids
+
+
+def _nothing_left(pids: Path) -> None:
+    from fixtures.hostile_server import alive
+
+    listed = [int(p) for p in pids.read_text().split()]
+    assert len(listed) == 2  # the server and its child (vLLM's EngineCore)
+    deadline = time.monotonic() + 5  # the kernel may still be reaping a group killed a moment ago
+    while any(alive(p) for p in listed) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in listed if alive(p)], "a server process outlived quantkit"
+
+
+def test_a_server_that_refuses_its_key_fails_at_once_and_leaves_nothing(world, tmp_path):
+    """--serve-arg api-key: quantkit polled without the key and waited out the start timeout."""
+    env, pids = _fake_vllm_env(world, tmp_path, "keyed", HOSTILE_KEY="another-key")
+    before = _records(world["home"])
+    proc, elapsed = _quantkit(world, ["bench", str(world["model"]), "-c", "1", "--serve-arg", "api-key=s3cret-key",
+                                      "--startup-timeout", "90"], **env)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line = _one_error_line(proc)
+    assert "refused the API key quantkit sent (HTTP 401 from /v1/models" in line
+    assert "s3cret-key" not in proc.stderr + proc.stdout
+    assert elapsed < world["limit_s"] + 15  # the fake's start, then a 15-s grace at most: not the 90 s
+    _nothing_left(pids)
+    assert _records(world["home"]) == before
+
+
+def test_a_start_that_times_out_or_is_interrupted_leaves_nothing(world, tmp_path):
+    import signal
+
+    env, pids = _fake_vllm_env(world, tmp_path, "slow")
+    proc, _ = _quantkit(world, ["bench", str(world["model"]), "-c", "1", "--startup-timeout", "3"], **env)
+    assert proc.returncode == 1
+    line = _one_error_line(proc)
+    assert "did not become ready within 3 s" in line and "Loading safetensors checkpoint shards" in line
+    assert "QUANTKIT_STARTUP_TIMEOUT" in line
+    _nothing_left(pids)
+    pids.unlink()
+    full_env = {**os.environ, "QUANTKIT_HOME": str(world["home"]), "NO_COLOR": "1", **env}
+    child = subprocess.Popen([sys.executable, "-m", "quantkit", "bench", str(world["model"]), "-c", "1"],
+                             cwd=world["root"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
+    deadline = time.monotonic() + 60
+    while not (pids.exists() and len(pids.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child.send_signal(signal.SIGINT)
+    _, stderr = child.communicate(timeout=60)
+    assert child.returncode == 130, stderr[-2000:]
+    assert "Traceback" not in stderr
+    _nothing_left(pids)

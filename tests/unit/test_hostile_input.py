@@ -1,0 +1,330 @@
+"""Hostile and careless input (issue 31, part B): nothing lost, nothing leaked, nothing misreported.
+
+Servers here are loopback stand-ins whose behaviour is known (tests/fixtures/hostile_server.py):
+another model behind --url, a server that wants an API key, a vLLM start that never finishes.
+No real vLLM is started. Each case also checks that no process outlives quantkit's teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from pathlib import Path
+
+import pytest
+
+from quantkit import models, recipe, settings
+from quantkit.errors import BackendError, SetupError, UsageError
+from quantkit.serve import server as engine
+from quantkit.serve.config import ServeConfig
+from quantkit.serve.server import VLLMServer, open_server
+from fixtures.hostile_server import HostileServer, alive, fake_vllm  # noqa: E402 (tests/ is on sys.path: rootdir conftest)
+
+
+def _config_only_model(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    return folder
+
+
+@pytest.fixture
+def no_keys(monkeypatch):
+    for name in ("QUANTKIT_API_KEY", "OPENAI_API_KEY", "VLLM_API_KEY", "QUANTKIT_SERVED_MODEL_NAME",
+                 "QUANTKIT_STARTUP_TIMEOUT"):
+        monkeypatch.delenv(name, raising=False)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. --url serves another model
+
+
+def test_url_serving_another_model_is_refused_with_what_it_serves(tmp_path, no_keys):
+    checkpoint = _config_only_model(tmp_path / "smollm2-135m")
+    with HostileServer(model="Qwen/Qwen3-0.6B") as other:
+        with pytest.raises(UsageError) as err:
+            open_server(checkpoint, other.url)
+    message = err.value.one_line()
+    assert f"the server at {other.url} serves Qwen/Qwen3-0.6B, not the checkpoint smollm2-135m" in message
+    assert "QUANTKIT_SERVED_MODEL_NAME=Qwen/Qwen3-0.6B" in message
+
+
+@pytest.mark.parametrize("served", ["smollm2-135m", "{abs}", "models/smollm2-135m", "/elsewhere/smollm2-135m/"])
+def test_a_server_of_the_checkpoint_is_recognised_by_its_name_or_path(tmp_path, served):
+    from quantkit.serve.server import served_as
+
+    checkpoint = _config_only_model(tmp_path / "smollm2-135m")
+    served = served.format(abs=checkpoint)
+    assert served_as(["other", served], checkpoint, "http://x") == served
+
+
+def test_a_hub_cache_snapshot_is_its_hub_id(tmp_path):
+    from quantkit.serve.server import served_as
+
+    snapshot = _config_only_model(tmp_path / "hub" / "models--HuggingFaceTB--SmolLM2-135M" / "snapshots" / "abc123")
+    assert served_as(["HuggingFaceTB/SmolLM2-135M"], snapshot, "http://x") == "HuggingFaceTB/SmolLM2-135M"
+    with pytest.raises(UsageError, match="serves HuggingFaceTB/SmolLM2-360M, not the checkpoint abc123"):
+        served_as(["HuggingFaceTB/SmolLM2-360M"], snapshot, "http://x")
+
+
+def test_the_served_name_can_be_given_outright(tmp_path, monkeypatch, no_keys):
+    checkpoint = _config_only_model(tmp_path / "smollm2-135m")
+    with HostileServer(model="prod-llm") as other:
+        monkeypatch.setenv("QUANTKIT_SERVED_MODEL_NAME", "prod-llm")
+        assert open_server(checkpoint, other.url).model_name == "prod-llm"
+        assert open_server(checkpoint, other.url, served_model_name="prod-llm").model_name == "prod-llm"
+        monkeypatch.setenv("QUANTKIT_SERVED_MODEL_NAME", "dev-llm")
+        with pytest.raises(UsageError, match="serves prod-llm, not 'dev-llm' \\(QUANTKIT_SERVED_MODEL_NAME\\)"):
+            open_server(checkpoint, other.url)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. API keys: sent when given, a 401 is an answer, never stored
+
+
+def test_url_that_wants_a_key_says_so_and_takes_quantkit_api_key(tmp_path, monkeypatch, no_keys):
+    checkpoint = _config_only_model(tmp_path / "m")
+    with HostileServer(model="m", key="s3cret-key") as keyed:
+        with pytest.raises(UsageError) as err:
+            open_server(checkpoint, keyed.url)
+        assert "wants an API key, and quantkit sent none (HTTP 401 from /v1/models" in err.value.one_line()
+        assert "QUANTKIT_API_KEY" in err.value.one_line()
+        monkeypatch.setenv("QUANTKIT_API_KEY", "wrong")
+        with pytest.raises(UsageError, match="refused the API key quantkit sent"):
+            open_server(checkpoint, keyed.url)
+        monkeypatch.setenv("QUANTKIT_API_KEY", "s3cret-key")
+        server = open_server(checkpoint, keyed.url)
+        assert server.api_key == "s3cret-key" and server.alive()  # alive() sends the key too
+        assert server.info.api_key == "***" and "s3cret-key" not in server.info.model_dump_json()
+
+
+def test_server_info_never_holds_a_key():
+    info = engine.ServerInfo(url="http://x", model_name="m", api_key="s3cret")
+    assert info.api_key == "***"
+    assert engine.ServerInfo(url="http://x", model_name="m").api_key is None
+
+
+def _started(tmp_path, monkeypatch, mode: str, serve_args: list[str], **env: str) -> tuple[VLLMServer, Path]:
+    monkeypatch.setenv("QUANTKIT_VLLM", str(fake_vllm(tmp_path)))
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOSTILE_MODE", mode)
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("HOSTILE_PIDS", str(pids))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    model = _config_only_model(tmp_path / "model")
+    config = ServeConfig.from_options(serve_args, load_format="dummy")
+    return VLLMServer(model, config, startup_timeout=60), pids
+
+
+def _no_orphans(pids: Path) -> None:
+    listed = [int(p) for p in pids.read_text().split()]
+    assert len(listed) == 2  # the server and its child
+    left = [p for p in listed if alive(p)]
+    assert not left, f"left running: {left}"
+
+
+def test_a_keyed_server_is_polled_with_its_key_and_the_key_is_masked(tmp_path, monkeypatch, no_keys):
+    server, pids = _started(tmp_path, monkeypatch, "keyed", ["api-key=s3cret-key"])
+    t0 = time.monotonic()
+    with server:
+        assert time.monotonic() - t0 < 30  # not the startup timeout: it answered at once
+        assert server.api_key == "s3cret-key"
+        stored = server.info.model_dump_json()
+        assert "s3cret-key" not in stored and server.info.api_key == "***"
+        assert server.info.args[server.info.args.index("--api-key") + 1] == "***"
+    _no_orphans(pids)
+
+
+def test_vllm_api_key_of_the_environment_is_the_servers_key(tmp_path, monkeypatch, no_keys):
+    server, pids = _started(tmp_path, monkeypatch, "keyed", [], VLLM_API_KEY="from-env", HOSTILE_KEY="from-env")
+    with server:
+        assert server.api_key == "from-env"
+    _no_orphans(pids)
+
+
+@pytest.mark.parametrize("serve_args,words", [
+    ([], "wants an API key, and quantkit sent none (HTTP 401 from /v1/models"),
+    (["api-key=s3cret-key"], "refused the API key quantkit sent (HTTP 401 from /v1/models"),
+])
+def test_a_401_ends_the_wait_at_once_and_leaves_nothing_running(tmp_path, monkeypatch, no_keys, serve_args, words):
+    server, pids = _started(tmp_path, monkeypatch, "keyed", serve_args, HOSTILE_KEY="another-key")
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        server.start()
+    assert time.monotonic() - t0 < 30, "waited for the startup timeout"
+    assert words in err.value.one_line() and "another-key" not in err.value.one_line()
+    _no_orphans(pids)
+
+
+def test_a_key_no_header_can_carry_is_refused_before_anything_starts(tmp_path, monkeypatch, no_keys):
+    server, pids = _started(tmp_path, monkeypatch, "keyed", ["api-key=bad\u00e9key"])
+    with pytest.raises(UsageError, match="HTTP header cannot carry"):
+        server.start()
+    assert server.proc is None and not pids.exists()
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. The start timeout is a setting, and a long start says how it goes
+
+
+def test_a_long_start_reports_progress_and_the_timeout_is_a_setting(tmp_path, monkeypatch, no_keys):
+    lines: list[str] = []
+    monkeypatch.setattr(engine, "log_info", lines.append)
+    monkeypatch.setattr(engine, "PROGRESS_EVERY_S", 0.5)
+    server, pids = _started(tmp_path, monkeypatch, "slow", [], QUANTKIT_STARTUP_TIMEOUT="3")
+    server = VLLMServer(server.model_dir, server.config)  # no startup_timeout: the setting's
+    assert server.startup_timeout == 3.0
+    with pytest.raises(BackendError) as err:
+        server.start()
+    assert "did not become ready within 3 s" in err.value.message and "QUANTKIT_STARTUP_TIMEOUT" in err.value.message
+    progress = [line for line in lines if line.startswith("vLLM still starting: ")]
+    assert len(progress) >= 2, lines
+    assert " s of 3 s; last log line: Loading safetensors checkpoint shards: " in progress[-1]
+    _no_orphans(pids)
+
+
+def test_startup_timeout_setting(monkeypatch):
+    monkeypatch.delenv("QUANTKIT_STARTUP_TIMEOUT", raising=False)
+    assert settings.startup_timeout() == 600.0
+    monkeypatch.setenv("QUANTKIT_STARTUP_TIMEOUT", "1200")
+    assert settings.startup_timeout() == 1200.0
+    assert VLLMServer(Path("/nonexistent")).startup_timeout == 1200.0
+    assert VLLMServer(Path("/nonexistent"), startup_timeout=5).startup_timeout == 5
+    for bad in ("soon", "0", "-3", "inf"):
+        monkeypatch.setenv("QUANTKIT_STARTUP_TIMEOUT", bad)
+        with pytest.raises(SetupError, match=f"QUANTKIT_STARTUP_TIMEOUT={bad} is not a positive number"):
+            settings.startup_timeout()
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. YAML: aliases visited once, bombs and cycles refused with file:line
+
+
+def _bomb(depth: int) -> str:
+    lines = ["kind: run", "name: t", "model: smollm2-135m", 'a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, depth + 1):
+        lines.append(f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("depth", [6, 9])
+def test_an_alias_bomb_is_refused_in_milliseconds(depth):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        recipe.parse_model(_bomb(depth), "bomb.yaml", recipe.RunRecipe)
+    assert time.monotonic() - t0 < 1.0
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024  # KiB: under 50 MB
+    assert err.value.one_line().startswith("bomb.yaml:9: YAML aliases expand this value to more than 100,000 values")
+
+
+def test_the_line_index_walks_an_alias_once():
+    index = recipe._line_index(_bomb(4))  # 9^5 values expanded (under the limit): walked as 5 short lists
+    assert index[("a4",)] == 8 and len(index) < 100
+    assert index.get(("a4", 3, 2, 1)) == 5  # a4[3][2][1] is a1: the line where a1 is written
+
+
+@pytest.mark.parametrize("text,line", [
+    ("a: &a [*a]\n", 1),
+    ("name: t\nb: &b\n  c: [1, *b]\n", 3),
+    ("name: t\nm: &m {x: {y: *m}}\n", 2),
+])
+def test_a_recursive_alias_is_one_line_with_its_line(tmp_path, text, line):
+    path = tmp_path / "rec.yaml"
+    path.write_text("kind: run\nmodel: m\n" + text)
+    with pytest.raises(UsageError) as err:
+        recipe.load_run(path)
+    assert err.value.one_line().startswith(f"{path}:{line + 2}: the YAML alias *")
+    assert "recursive alias" in err.value.one_line()
+
+
+def test_deep_nesting_is_one_line_not_a_recursion_error(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("name: x\nmethod: fp8\nscheme: FP8_DYNAMIC\noptions:\n  k: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(UsageError, match=r"deep.yaml:5: YAML nested deeper than 64 levels"):
+        recipe.load(str(path))
+    chain = "name: x\nmethod: fp8\nscheme: FP8_DYNAMIC\nl0: &l0 [1]\n" + "".join(
+        f"l{i}: &l{i} [*l{i - 1}]\n" for i in range(1, 80))
+    with pytest.raises(UsageError, match="YAML aliases nest this value deeper than 64 levels"):
+        recipe.parse(chain, "chain.yaml")
+
+
+def test_ordinary_aliases_still_work_and_errors_inside_them_name_the_written_line():
+    ok = "name: x\nmethod: gptq\nscheme: W4A16\nignore: &ig [lm_head]\noptions: {keep: *ig}\n"
+    assert recipe.parse(ok, "r.yaml").options == {"keep": ["lm_head"]}
+    bad = "name: x\nmethod: gptq\nscheme: W4A16\noptions: {base: &cal {dataset: c4, num_sample: 8}}\ncalibration: *cal\n"
+    with pytest.raises(UsageError, match=r"^r.yaml:4: unknown key 'num_sample' in calibration"):
+        recipe.parse(bad, "r.yaml")
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. config.json, --repo, calibration flags on data-free methods
+
+
+def test_a_deeply_nested_config_json_is_one_line_naming_the_file(tmp_path):
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    (folder / "config.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(UsageError) as err:
+        models.local_folder(folder)
+    assert err.value.one_line().startswith(f"{folder}/config.json is not a valid Hugging Face config: "
+                                           "its JSON nests deeper than Python can read")
+    with pytest.raises(UsageError, match="nests deeper than Python can read"):
+        models.resolve(str(folder))
+
+
+def test_a_config_json_that_is_not_an_object_is_one_line(tmp_path):
+    folder = tmp_path / "list"
+    folder.mkdir()
+    (folder / "config.json").write_text('["LlamaForCausalLM"]')
+    with pytest.raises(UsageError, match=r"config.json is not a valid Hugging Face config: its JSON is a list, not an object"):
+        models.local_folder(folder)
+    assert models.local_folder(tmp_path / "nothing-here") == tmp_path / "nothing-here"  # left to the checks that name it
+
+
+def test_read_json(tmp_path):
+    from quantkit import safeload
+
+    path = tmp_path / "x.json"
+    path.write_text('{"a": [1, 2]}')
+    assert safeload.read_json(path, expect=dict) == {"a": [1, 2]}
+    path.write_text('{"a": ')
+    with pytest.raises(UsageError, match=r"x.json is not valid JSON \(Expecting value at line 1\); fix it"):
+        safeload.read_json(path)
+    with pytest.raises(UsageError, match="cannot read"):
+        safeload.read_json(tmp_path / "missing.json")
+
+
+@pytest.mark.parametrize("repo", ["org/name--x", "org/a..b", "org/-name", "org/name.git", "org/" + "x" * 97,
+                                  "org/na me", "no-slash", "a/b/c"])
+def test_invalid_repo_ids_are_usage_errors(repo):
+    from quantkit.cli.push import check_repo_id
+
+    with pytest.raises(UsageError) as err:
+        check_repo_id(repo)
+    assert "ORG/NAME" in err.value.one_line() and repo in err.value.one_line()
+    assert check_repo_id("Org-1/Name_2.3") == "Org-1/Name_2.3"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--method", "fp8", "--num-samples", "8"], "--num-samples does not apply to fp8: it is data-free"),
+    (["--method", "w4a16-rtn", "--calib", "c4", "--seq-len", "64"], "--seq-len and --calib do not apply to w4a16-rtn"),
+    (["--recipe", "w8a16", "--num-samples", "8"], "--num-samples does not apply to w8a16"),
+])
+def test_calibration_flags_on_a_data_free_method_are_refused(tmp_path, args, words):
+    from typer.testing import CliRunner
+
+    from quantkit.cli import app
+
+    result = CliRunner().invoke(app, ["convert", str(tmp_path / "no-model"), *args])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and "calibrated method (awq, gptq, int8)" in result.output
+
+
+def test_calibration_flags_on_a_calibrated_method_pass_the_check():
+    from quantkit.cli.convert import _refuse_calibration_flags
+
+    _refuse_calibration_flags("gptq", None, {"--num-samples": 8})
+    _refuse_calibration_flags("fp8", None, {"--num-samples": None})
+    _refuse_calibration_flags("fp8", "gptq", {"--num-samples": 8})  # the contradiction is plan()'s to report
