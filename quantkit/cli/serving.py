@@ -69,7 +69,11 @@ def bench(
     warmup: int = typer.Option(2, "--warmup", min=0, help="Warm-up requests before measuring (excluded)."),
     client_workers: Optional[int] = typer.Option(None, "--client-workers", min=1, help="Load-generator worker processes (default: automatic, one per 256 streams, more when a point saturates the client)."),
     capacity: bool = typer.Option(False, "--capacity", help="Search the highest load that meets --slo (capacity under the SLO) instead of fixed points."),
-    capacity_profile: str = typer.Option("concurrency", "--capacity-profile", help="Load axis of --capacity: concurrency or rate (Poisson req/s)."),
+    capacity_profile: str = typer.Option("poisson", "--capacity-profile", help="Load of --capacity: poisson (open-loop arrivals, req/s; default), concurrency (C staggered streams) or burst (waves of C prompts at once: a prefill burst, not a steady state)."),
+    window_min: Optional[float] = typer.Option(None, "--window-min", min=0.1, help="--capacity: shortest measured window of a point, seconds (default 30 on GPUs, 15 on CPUs)."),
+    window_max: Optional[float] = typer.Option(None, "--window-max", min=0.1, help="--capacity: longest window; a point still undecided then is reported undecided (default 90 / 45)."),
+    window_warmup: Optional[float] = typer.Option(None, "--window-warmup", min=0, help="--capacity: seconds of each point left out as warm-up (at least 1.5 request durations; default 10 / 4)."),
+    confidence: Optional[float] = typer.Option(None, "--confidence", min=0.51, max=0.999, help="--capacity: confidence of a point's pass or fail verdict (default 0.95)."),
     tolerance: float = typer.Option(0.10, "--tolerance", min=0.01, max=1.0, help="--capacity brackets the capacity to this share (0.1 = 10%)."),
     capacity_start: float = typer.Option(1, "--capacity-start", min=0.001, help="Lowest load --capacity tries."),
     capacity_max: float = typer.Option(1024, "--capacity-max", min=0.001, help="Highest load --capacity tries."),
@@ -95,6 +99,8 @@ def bench(
             return _capacity(model_dir, parse_slo(slo), url=url, config=serve.config(), port=port,
                              startup_timeout=startup_timeout, out_dir=results_dir, profile=capacity_profile,
                              tolerance=tolerance, start=capacity_start, maximum=capacity_max, waves=waves,
+                             window=dict(min_s=window_min, max_s=window_max, warmup_s=window_warmup,
+                                         confidence=confidence),
                              input_len=input_len, output_len=output_len, max_requests=num_prompts, seed=seed,
                              warmup=warmup, progress=not (json or quiet), extra=(concurrency, rate, sweep, dataset))
         return run_bench(
@@ -108,19 +114,29 @@ def bench(
     run_command(body, mode(json, quiet), _print_any)
 
 
-def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, input_len, output_len, max_requests, seed,
-              warmup, progress, extra, **server):
+def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, window, input_len, output_len,
+              max_requests, seed, warmup, progress, extra, **server):
     from ..errors import UsageError
+    from ..measure import profiles
     from ..measure.capacity import CapacitySettings, capacity
+    from ..measure.gpu import open_gpus
 
     if any(extra):
         raise UsageError("--capacity chooses its own loads: leave out --concurrency, --rate, --sweep and --dataset")
-    if profile not in ("concurrency", "rate"):
-        raise UsageError(f"--capacity-profile must be concurrency or rate, not '{profile}'")
+    if profiles.ALIASES.get(profile, profile) not in profiles.PROFILES:
+        raise UsageError(f"--capacity-profile must be one of {', '.join(profiles.PROFILES)}, not '{profile}'")
     try:
+        given = {k: v for k, v in window.items() if v is not None}
+        chosen = None
+        if given:  # the machine's defaults, with what was given over them
+            gpus = None if server.get("url") else open_gpus()
+            if gpus is not None:
+                gpus.close()
+            chosen = profiles.default_window(gpu=gpus is not None).model_copy(update=given)
+            chosen = type(chosen).model_validate(chosen.model_dump())
         settings = CapacitySettings(profile=profile, tolerance=tolerance, start=start, max=maximum, waves=waves,
                                     input_len=input_len, output_len=output_len, max_requests=max_requests, seed=seed,
-                                    warmup=warmup)
+                                    warmup=warmup, window=chosen)
     except ValueError as exc:
         first = exc.errors()[0] if hasattr(exc, "errors") else {}
         raise UsageError(f"bad capacity option {'.'.join(map(str, first.get('loc', ())))}: {first.get('msg', exc)}") from None
@@ -231,7 +247,7 @@ def tune(
     knobs: Optional[str] = typer.Option(None, "--knobs", help="Only these knobs, comma-separated (e.g. max-num-seqs,max-num-batched-tokens)."),
     sampler: str = typer.Option("tpe", "--sampler", help="Optuna sampler: tpe, random or grid."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop trials whose cheap probe is below the median (Optuna's MedianPruner)."),
-    capacity_profile: str = typer.Option("concurrency", "--capacity-profile", help="Load axis: concurrency or rate."),
+    capacity_profile: str = typer.Option("poisson", "--capacity-profile", help="Load: poisson (default), concurrency or burst (see bench --capacity)."),
     tolerance: float = typer.Option(0.10, "--tolerance", help="Capacity bracketed to this share."),
     capacity_start: float = typer.Option(1, "--capacity-start", help="Lowest load tried."),
     capacity_max: float = typer.Option(1024, "--capacity-max", help="Highest load tried."),

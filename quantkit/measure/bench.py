@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field
 from .. import checkpoint, settings
 from ..console import info, partial_result, warn
 from ..errors import BackendError, UsageError
-from ..files import atomic_write_json
+from ..files import atomic_write_json, unique_path
 from ..machine import hardware, load_limits
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
@@ -148,14 +148,14 @@ def measure_point(server: Server, target: Target, prompts: list, output_len: int
                   concurrency: int | None = None, rate: float | None = None, seed: int = 0,
                   input_len: int | None = None, interval_s: float = 1.0, gpus: Any = None,
                   stop_factory: Callable[[PointMonitor], Callable] | None = None,
-                  workers: int | None = None) -> BenchPoint:
+                  workers: int | None = None, window: Any = None, ramp_s: float = 0.0) -> BenchPoint:
     """One load point with the server's /metrics (and the GPUs, `gpus`) sampled through it and
     stored with the point; `stop_factory(monitor)` may give the point a `stop_when`."""
     monitor = PointMonitor(server.url, interval_s, gpus=gpus)
     with monitor:
         point = run_point(target, prompts, output_len, concurrency=concurrency, rate=rate, seed=seed, slo=slo,
                           alive=server.alive, input_len=input_len, workers=workers,
-                          stop_when=stop_factory(monitor) if stop_factory else None)
+                          stop_when=stop_factory(monitor) if stop_factory else None, window=window, ramp_s=ramp_s)
     summary = monitor.summary()
     point.server_metrics = summary.model_dump(mode="json") if summary else None
     point.gpus = monitor.gpu_summary()
@@ -193,11 +193,11 @@ def run_bench(
         workload={"input_len": None if dataset else input_len, "output_len": output_len,
                   "dataset": str(dataset) if dataset else None, "api": api, "seed": seed,
                   "warmup": warmup_requests, "num_prompts": num_prompts},
-        path=str((Path(out_dir) if out_dir else results_dir(model_dir)) / f"bench-{stamp()}.json"),
+        path=str(unique_path(Path(out_dir) if out_dir else results_dir(model_dir), "bench-", ".json", stamp())),
         server=server.info, model_name=server.model_name,
     )
     run.write()
-    target = Target(api_url=server.api_url, model=server.model_name, api=api)
+    target = Target(api_url=server.api_url, model=server.model_name, api=api, api_key=getattr(server, "api_key", None))
     if warmup_requests > 0:
         failed = [r for r in warmup(target, prompts.prompts(warmup_requests, -1), min(output_len, 16)) if not r.ok]
         if failed:
@@ -223,6 +223,11 @@ def run_bench(
             run.error = f"the server died during the point at {label}: {server.exit_reason()}"
             run.write()
             raise BackendError(f"{run.error}; {len(run.points)} points kept (the last one partial) in {run.path}")
+        if point.num_requests and not point.successes:  # never a 0 tok/s figure: no request was served
+            reasons = "; ".join(f"{n} x {why}" for why, n in list(point.failure_reasons.items())[:2])
+            run.error = f"every request of the point at {label} failed ({reasons})"
+            run.write()
+            raise BackendError(f"{run.error}; {len(run.points)} points kept in {run.path}")
         return point
 
     try:

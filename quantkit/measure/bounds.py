@@ -42,6 +42,13 @@ KNOBS: dict[str, str] = {
 }
 
 
+# the compute bound's levers by which latency broke (steady state: TPOT with a growing decode
+# batch; TTFT with prompts' prefill)
+DECODE_KNOB = ("a --max-num-seqs cap (a smaller decode batch, each step faster: TPOT), --kv-cache-dtype fp8, "
+               "or a faster precision")
+PREFILL_KNOB = "--max-num-batched-tokens and chunked prefill (admit prompts faster: TTFT), or a faster precision"
+
+
 class Bound(BaseModel):
     kind: Kind
     evidence: str
@@ -131,8 +138,17 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     if queued:
         return bound("token_budget", f"{waiting:.1f} requests waited on average while at most {run_max:.0f} ran and "
                                      "the KV cache had room: the scheduler admitted no more")
-    return bound("compute", f"no scheduler limit reached (KV cache {kv_max or 0:.0%}, {run_max:.0f} running, "
-                            f"{waiting:.1f} waiting on average): each step slows as the batch grows")
+    text = (f"no scheduler limit reached (KV cache {kv_max or 0:.0%}, {run_max:.0f} running, "
+            f"{waiting:.1f} waiting on average)")
+    broke = " ".join(point.get("slo_violations") or []) + " " + " ".join((point.get("window") or {}).get("reasons") or [])
+    if ("tpot" in broke or "itl" in broke) and "ttft" not in broke:
+        # a steady state's usual bound: the decode batch grows with the load until each step is too slow
+        return Bound(kind="compute", load=load, figures=figures, knob=DECODE_KNOB,
+                     evidence=text + f": the decode batch ({run_seen:.0f} running) grew until TPOT broke" + busy)
+    if "ttft" in broke and "tpot" not in broke and "itl" not in broke:
+        return Bound(kind="compute", load=load, figures=figures, knob=PREFILL_KNOB,
+                     evidence=text + ": prompts' prefill delayed the first token (TTFT broke, TPOT held)" + busy)
+    return bound("compute", text + ": each step slows as the batch grows")
 
 
 def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, ceiling_index: int | None,

@@ -26,11 +26,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from ..console import info
 from ..errors import BackendError, UsageError
-from ..files import atomic_write_json
+from ..files import atomic_write_json, unique_path
 from ..machine import hardware
 from ..serve.server import Server, ServerInfo
 from .bench import checkpoint_info, measure_point, results_dir, stamp
@@ -41,34 +41,56 @@ from .metrics import PointMonitor, Scrape, slope
 from .point import BenchPoint, RequestResult, percentile
 from .search import CapacitySearch, Verdict, search_capacity
 from .slo import Slo
-from .workload import PromptSource
+from . import profiles
+from .window import WindowSettings, WindowStop
+from .workload import PromptSource, poisson_schedule
 
-SCHEMA_VERSION = 1
+# A steady state's latency is flat, then climbs steeply near saturation: a power law through two
+# flat points predicts no crossing at all, so growth is capped harder than a burst's (8x)
+STEADY_GROWTH = 4.0
+SCHEMA_VERSION = 2  # 2: load profiles by name (poisson, concurrency, burst) and steady-state windows
 
 
 class CapacitySettings(BaseModel):
-    """How capacity is searched (CLI options of `bench --capacity`, a run recipe's `capacity:`)."""
+    """How capacity is searched (CLI options of `bench --capacity`, a run recipe's `capacity:`).
+
+    `profile`: poisson (default; `rate` is its old name), concurrency (a staggered closed loop) or
+    burst (waves of prompts sent at once), see profiles.py. `window`: a steady-state point's warm-up,
+    minimum and maximum duration, minimum requests and confidence (None: the machine's defaults,
+    profiles.GPU_WINDOW / CPU_WINDOW). `waves`, `min_requests` and `max_requests` size a burst's
+    points (`max_requests` caps every profile's); `duration_s` is left from the whole-point rate
+    profile and no longer used."""
 
     model_config = {"extra": "forbid"}
 
-    profile: Literal["concurrency", "rate"] = "concurrency"
+    profile: Literal["poisson", "concurrency", "burst"] = "poisson"
     tolerance: float = Field(0.10, gt=0, lt=4)
     start: float = Field(1, gt=0)  # lowest load
     max: float = Field(1024, gt=0)  # highest load
     input_len: int = Field(128, ge=1)
     output_len: int = Field(64, ge=1)
-    waves: float = Field(3.0, gt=0)  # requests per concurrency point = waves x concurrency
-    duration_s: float = Field(20.0, gt=0)  # a rate point sends rate x duration requests
+    waves: float = Field(3.0, gt=0)  # burst: requests per point = waves x concurrency
+    duration_s: float = Field(20.0, gt=0)  # unused since steady-state windows (kept: stored settings name it)
     min_requests: int = Field(16, ge=1)
     max_requests: int | None = Field(None, ge=1)
     seed: int = 0
     warmup: int = Field(2, ge=0)
     interval_s: float = Field(1.0, gt=0)  # /metrics scrape interval
     early_stop: bool = True
+    window: WindowSettings | None = None
+
+    @field_validator("profile", mode="before")
+    @classmethod
+    def _alias(cls, value: Any) -> Any:
+        return profiles.ALIASES.get(value, value) if isinstance(value, str) else value
+
+    @property
+    def axis(self) -> str:
+        return profiles.get(self.profile).axis
 
     def requests(self, load: float) -> int:
-        n = math.ceil(self.waves * load) if self.profile == "concurrency" else math.ceil(self.duration_s * load)
-        n = max(self.min_requests, n)
+        """A burst point's requests (steady-state points run for a time: profiles.Profile.plan)."""
+        n = max(self.min_requests, math.ceil(self.waves * load))
         return min(n, self.max_requests) if self.max_requests else n
 
 
@@ -76,8 +98,9 @@ class CapacityFigures(BaseModel):
     """The capacity point: the highest load that met the SLO, as users size a deployment."""
 
     load: float
-    concurrency: float | None = None  # the concurrency (profile concurrency) or the mean in flight
-    rate: float | None = None  # requested rate (profile rate)
+    profile: str | None = None  # poisson, concurrency or burst (None: stored before profiles had names)
+    concurrency: float | None = None  # the concurrency (closed loop, burst) or the mean in flight (Little's law)
+    rate: float | None = None  # offered rate (poisson)
     req_s: float
     output_tok_s: float
     goodput_req_s: float | None = None
@@ -94,6 +117,7 @@ class CapacityResult(BaseModel):
     server: ServerInfo | None = None
     slo: str
     settings: CapacitySettings
+    window: WindowSettings | None = None  # the window every point used (steady-state profiles)
     hardware: dict[str, Any] = Field(default_factory=dict)
     points: list[BenchPoint] = Field(default_factory=list)
     search: CapacitySearch | None = None
@@ -109,22 +133,29 @@ class CapacityResult(BaseModel):
             atomic_write_json(Path(self.path), self.model_dump(mode="json", exclude={"path"}))
 
     def summary(self) -> str:
+        profile = profiles.get(self.settings.profile)
         if self.capacity is None:
-            where = f"{self.settings.profile} {self.settings.start:g}"
+            where = profile.label(self.settings.start)
             if self.search and self.search.reason == "untrusted":  # the search stopped at its last point
                 last = self.points[-1] if self.points else None
                 load = getattr(last, "concurrency", None) or getattr(last, "rate", None)
                 if load is not None:
-                    where = f"{self.settings.profile} {load:g}"
+                    where = profile.label(load)
                 why = f": {last.client_limited_reason}" if last and last.client_limited_reason else ""
                 return (f"no capacity: the point at {where} was limited by quantkit's client, not the server, "
                         f"so it decides nothing{why}")
             return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
         c = self.capacity
-        load = f"concurrency {c.load:g}" if self.settings.profile == "concurrency" else f"{c.load:g} req/s offered"
+        load = profile.label(c.load)
         more = " or more (the top of the range)" if self.search and self.search.reason == "max_reached" else ""
-        return (f"capacity {load}{more}: {c.req_s:.2f} req/s, {c.output_tok_s:.0f} output tok/s within {self.slo}"
-                f" ({self.points_spent} points" + (f"; bound: {self.bound.kind}" if self.bound else "") + ")")
+        ceiling = ""
+        if self.search and self.search.ceiling and self.search.reason == "bracketed":
+            undecided = self.search.ceiling in self.search.undecided
+            ceiling = f", {'undecided' if undecided else 'breaks'} at {profile.label(self.search.ceiling)}"
+        little = (f", {c.concurrency:.0f} in flight" if profile.axis == "rate" and c.concurrency is not None else "")
+        return (f"capacity {load}{more}{ceiling}: {c.req_s:.2f} req/s{little}, {c.output_tok_s:.0f} output tok/s "
+                f"within {self.slo} ({self.points_spent} points" + (f"; bound: {self.bound.kind}" if self.bound else "")
+                + ")")
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,54 +248,69 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         raise UsageError(f"capacity range {settings.start:g}..{settings.max:g}: the start is above the maximum")
     model_dir = Path(model_dir).expanduser().absolute()
     prompts = prompts or PromptSource(model_dir, settings.input_len, seed=settings.seed)
+    profile = profiles.get(settings.profile)
+    remote = server.info is not None and server.info.remote
+    gpus = None if remote else open_gpus()
+    window = settings.window or profiles.default_window(gpu=gpus is not None)
     result = CapacityResult(
         model_dir=str(model_dir), model_name=server.model_name, checkpoint=checkpoint_info(model_dir),
-        server=server.info, slo=str(slo), settings=settings, hardware=hardware(),
-        path=str((Path(out_dir) if out_dir else results_dir(model_dir)) / f"capacity-{stamp()}.json"),
+        server=server.info, slo=str(slo), settings=settings, window=window if profile.steady else None,
+        hardware=hardware(),
+        path=str(unique_path(Path(out_dir) if out_dir else results_dir(model_dir), "capacity-", ".json", stamp())),
     )
     result.write()
-    target = Target(api_url=server.api_url, model=server.model_name)
+    target = Target(api_url=server.api_url, model=server.model_name, api_key=getattr(server, "api_key", None))
+    request_s = 1.0
     if settings.warmup:
-        failed = [r for r in warmup(target, prompts.prompts(settings.warmup, -1), min(settings.output_len, 16)) if not r.ok]
+        done = warmup(target, prompts.prompts(settings.warmup, -1), min(settings.output_len, 16))
+        failed = [r for r in done if not r.ok]
         if failed:
+            if gpus is not None:
+                gpus.close()
             result.error = f"warm-up request failed: {failed[0].error}"
             result.write()
             raise BackendError(f"{result.error} (server {server.url})")
-    remote = bool(server.info and server.info.remote)
-    gpus = None if remote else open_gpus()
+        request_s = idle_request_s(done, settings.output_len)
     index = itertools.count()
-    rate_mode = settings.profile == "rate"
     prefix = f"{label}: " if label else ""
 
     def measure(load: float) -> Verdict:
-        n = settings.requests(load)
+        plan = profile.plan(load, settings, window, request_s)
         number = next(index)
-        what = f"rate {load:g}/s" if rate_mode else f"concurrency {load:g}"
-        info(f"{prefix}capacity point {number + 1}: {what}, {n} requests")
-        stop = (lambda monitor: EarlyStop(slo, n, settings.output_len, monitor, settings.profile)) \
-            if settings.early_stop else None
-        point = measure_point(server, target, prompts.prompts(n, number), settings.output_len, slo=slo,
-                              concurrency=None if rate_mode else int(load), rate=load if rate_mode else None,
-                              seed=settings.seed + number, input_len=settings.input_len,
-                              interval_s=settings.interval_s, gpus=gpus, stop_factory=stop)
+        what = profile.label(load)
+        size = f"{plan.requests} requests" if not profile.steady else (
+            f"window {window.min_s:g}-{window.max_s:g} s after a {window.warmup_s:g} s warm-up")
+        info(f"{prefix}capacity point {number + 1}: {what}, {size}")
+        if profile.steady:  # an open loop's stop rule counts the sends from the same schedule
+            offsets = poisson_schedule(plan.requests, plan.rate, settings.seed + number) if plan.rate else None
+            stop = lambda monitor: WindowStop(slo, window, offsets)  # noqa: E731
+        else:
+            stop = (lambda monitor: EarlyStop(slo, plan.requests, settings.output_len, monitor, "concurrency")) \
+                if settings.early_stop else None
+        point = measure_point(server, target, prompts.prompts(plan.requests, number), settings.output_len, slo=slo,
+                              concurrency=plan.concurrency, rate=plan.rate, seed=settings.seed + number,
+                              input_len=settings.input_len, interval_s=settings.interval_s, gpus=gpus,
+                              stop_factory=stop, window=plan.window, ramp_s=plan.ramp_s)
+        point.load_profile = profile.name
+        if on_point:
+            on_point(point)  # the store keeps every request (point.samples); the result keeps the figures
+        point = point.model_copy(update={"samples": None})
         result.points.append(point)
         result.points_spent = len(result.points)
         result.write()
-        if on_point:
-            on_point(point)
         if point.partial or (point.failures and not server.alive()):
             result.error = f"the server died during the capacity point at {what}: {server.exit_reason()}"
             result.write()
             raise BackendError(f"{result.error}; {len(result.points)} points kept in {result.path}")
-        verdict = "meets" if point.slo_met else "breaks"
-        info(f"{prefix}  {what}: {point.output_tok_s:.1f} out tok/s, {verdict} the SLO"
-             + (f" ({'; '.join(point.slo_violations)})" if not point.slo_met else ""))
-        return Verdict(passed=bool(point.slo_met), margin=None if point.stopped_early else slo.margin(point),
-                       trusted=not getattr(point, "client_limited", False))
+        info(f"{prefix}  {what}: {describe_point(point)}")
+        return verdict_of(point, slo)
 
     try:
+        if start is None and profile.axis == "rate":  # begin near 4 requests in flight, not at the range's floor
+            start = min(settings.max, max(settings.start, float(f"{4.0 / request_s:.3g}")))
         search = search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
-                                 integer=not rate_mode, start=start)
+                                 integer=profile.axis == "concurrency", start=start,
+                                 max_growth=STEADY_GROWTH if profile.steady else 8.0)
     finally:
         if gpus is not None:
             gpus.close()
@@ -274,11 +320,51 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     return result
 
 
-def _index_of(points: list[BenchPoint], load: float | None, profile: str) -> int | None:
+def idle_request_s(warm: list[RequestResult], output_len: int) -> float:
+    """One request's duration on the idle server at the search's output length, from the warm-up
+    requests (shorter: their own TPOT scaled to the full length)."""
+    ok = [r for r in warm if r.ok and r.e2e is not None and r.ttft is not None]
+    if not ok:
+        return 1.0
+    r = ok[-1]  # the first ones pay one-time costs
+    tpot = r.tpot if r.tpot is not None else 0.0
+    return max(1e-3, r.ttft + tpot * max(output_len - 1, 0))
+
+
+def describe_point(point: BenchPoint) -> str:
+    w = point.window
+    if w is None:
+        verdict = "meets" if point.slo_met else "breaks"
+        return (f"{point.output_tok_s:.1f} out tok/s, {verdict} the SLO (burst)"
+                + (f" ({'; '.join(point.slo_violations)})" if not point.slo_met else ""))
+    rates = (f"{w.achieved_req_s or 0:.2f} req/s done of {w.offered_req_s or 0:.2f} offered, "
+             f"{w.in_flight_mean or 0:.0f} in flight, " if w.offered_req_s is not None else "")
+    why = f" ({'; '.join(w.reasons[:2])})" if w.verdict != "pass" and w.reasons else ""
+    return (f"{rates}{point.output_tok_s:.1f} out tok/s over {w.measured} requests in "
+            f"{w.end_s - w.start_s:.0f} s: {w.verdict}{why}")
+
+
+def verdict_of(point: BenchPoint, slo: Slo) -> Verdict:
+    """What a point tells the search. A window's `undecided` steers by its point estimate (below the
+    limits: the search grows past it) but is never reported as the capacity; `saturated` fails and
+    its percentiles give no margin."""
+    w = point.window
+    # a late client offers less than asked, never more: completions falling behind even so are the server's
+    trusted = not point.client_limited or (w is not None and w.verdict == "saturated")
+    if w is None:
+        return Verdict(passed=bool(point.slo_met), margin=None if point.stopped_early else slo.margin(point),
+                       trusted=trusted)
+    margin = None if w.verdict == "saturated" else slo.margin(point)
+    if w.verdict == "undecided":
+        return Verdict(passed=margin is not None and margin <= 1.0, margin=margin, trusted=trusted, decided=False)
+    return Verdict(passed=w.verdict == "pass", margin=margin, trusted=trusted, state=w.verdict)
+
+
+def _index_of(points: list[BenchPoint], load: float | None, axis: str) -> int | None:
     if load is None:
         return None
     for i, p in enumerate(points):
-        if (p.concurrency if profile == "concurrency" else p.rate) == load:
+        if (p.concurrency if axis == "concurrency" else p.rate) == load:
             return i
     return None
 
@@ -286,16 +372,18 @@ def _index_of(points: list[BenchPoint], load: float | None, profile: str) -> int
 def finish(result: CapacityResult, search: CapacitySearch) -> CapacityResult:
     """Fill the capacity figures and the bound from the search and the measured points."""
     result.search = search
-    profile = result.settings.profile
-    cap_i = _index_of(result.points, search.capacity, profile)
-    ceil_i = _index_of(result.points, search.ceiling, profile)
+    axis = result.settings.axis
+    cap_i = _index_of(result.points, search.capacity, axis)
+    ceil_i = _index_of(result.points, search.ceiling, axis)
     if cap_i is not None:
         p = result.points[cap_i]
         in_flight = None
-        if profile == "rate" and p.e2e is not None:
-            in_flight = p.req_s * p.e2e.mean  # Little's law: the mean number of requests in the server
+        if axis == "rate":  # Little's law: the mean number of requests in the server
+            in_flight = p.window.in_flight_mean if p.window and p.window.in_flight_mean is not None else (
+                p.req_s * p.e2e.mean if p.e2e is not None else None)
         result.capacity = CapacityFigures(
-            load=search.capacity, concurrency=float(p.concurrency) if p.concurrency else in_flight,
+            load=search.capacity, profile=result.settings.profile,
+            concurrency=float(p.concurrency) if p.concurrency else in_flight,
             rate=p.rate, req_s=p.req_s, output_tok_s=p.output_tok_s, goodput_req_s=p.goodput_req_s, point_index=cap_i)
     serve_config = (result.server.serve_config if result.server else None) or {}
     points = [p.model_dump(mode="json") for p in result.points]

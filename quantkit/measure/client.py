@@ -114,6 +114,7 @@ class Job:
     request_timeout: float = 600.0
     headers: dict[str, str] = field(default_factory=dict)
     finished_path: str | None = None  # where a worker appends each finished Raw (the parent's stop rule reads it)
+    start_delays: list[float] | None = None  # concurrency profile: each slot's first send (s after t0), a staggered start
 
 
 @dataclass
@@ -131,6 +132,7 @@ class Raw:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     send_lag: float | None = None  # rate profile: how late the send was against its schedule
+    sent: bool = False  # it reached the server (a STOPPED one was then cut off in flight, else never sent)
 
 
 @dataclass
@@ -143,9 +145,11 @@ class WorkerReport:
     t0: float = 0.0  # the point's start (perf_counter)
 
 
-def headers() -> dict[str, str]:
+def headers(api_key: str | None = None) -> dict[str, str]:
+    """Request headers: the server's API key (the one quantkit started it with, or QUANTKIT_API_KEY
+    for --url), else OPENAI_API_KEY, as a bearer token."""
     out = {"Content-Type": "application/json"}
-    if key := os.environ.get("OPENAI_API_KEY"):
+    if key := api_key or os.environ.get("OPENAI_API_KEY"):
         out["Authorization"] = f"Bearer {key}"  # as vLLM bench sends it
     return out
 
@@ -171,6 +175,7 @@ async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dic
     import aiohttp
 
     raw.start = time.perf_counter()
+    raw.sent = True
     perf = time.perf_counter
     times, chunks = raw.read_times, raw.read_chunks
     try:
@@ -324,7 +329,9 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                 return False
             return True
 
-        async def slot() -> None:
+        async def slot(delay: float = 0.0) -> None:
+            if delay > 0:  # a staggered start: the streams do not send in lock step
+                await asyncio.sleep(max(0.0, t0 + delay - time.perf_counter()))
             while True:
                 i = take()
                 if i >= n:
@@ -358,7 +365,8 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
 
         try:
             if job.offsets is None:
-                tasks = [asyncio.ensure_future(slot()) for _ in range(job.slots)]
+                delays = job.start_delays or [0.0] * job.slots
+                tasks = [asyncio.ensure_future(slot(delays[k] if k < len(delays) else 0.0)) for k in range(job.slots)]
             else:
                 semaphore = asyncio.Semaphore(job.slots)
                 tasks = [asyncio.ensure_future(scheduled(i, semaphore)) for i in job.indices or []]

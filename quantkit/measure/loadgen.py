@@ -44,15 +44,18 @@ import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..console import warn
 from ..errors import BackendError, UsageError
 from . import client
 from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
 from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
+from .samples import encode as encode_samples
 from .slo import Slo
-from .workload import Prompt, poisson_schedule
+from .window import WindowSettings
+from .window import summarize as window_summary
+from .workload import Prompt, fresh_prompts, poisson_schedule, stagger
 
 __all__ = ["Target", "run_point", "run_point_async", "warmup", "auto_workers", "max_workers", "SERVER_DIED", "STOPPED"]
 
@@ -64,6 +67,7 @@ class Target(BaseModel):
     api_url: str  # http://host:port/v1
     model: str
     api: Literal["completions", "chat"] = "completions"
+    api_key: str | None = Field(None, exclude=True, repr=False)  # sent, never dumped or shown
 
 
 def max_workers() -> int:
@@ -100,9 +104,11 @@ def endpoint(target: Target) -> str:
     return target.api_url + ("/chat/completions" if target.api == "chat" else "/completions")
 
 
-def to_result(raw: Raw, t0: float) -> RequestResult:
-    """A worker's raw record -> RequestResult (TTFT/ITL/E2E/TPOT from `point.token_timeline`)."""
-    base = {"start_s": raw.start - t0}
+def to_result(raw: Raw, t0: float, expected: int | None = None) -> RequestResult:
+    """A worker's raw record -> RequestResult (TTFT/ITL/E2E/TPOT from `point.token_timeline`).
+    `expected`: the tokens asked (max_tokens with ignore_eos): a shorter answer is a failure, never
+    a fast request (a server that stops early would be credited with speed it did not have)."""
+    base = {"start_s": raw.start - t0, "index": raw.index}
     if raw.error is not None:
         return RequestResult.model_construct(ok=False, error=raw.error, itl=[], usage_from_server=True, **base)
     timeline = token_timeline(raw.start, raw.first_choice, raw.read_times, raw.read_chunks, raw.exact_tokens,
@@ -111,6 +117,9 @@ def to_result(raw: Raw, t0: float) -> RequestResult:
         return RequestResult.model_construct(ok=False, error="no token received", itl=[], usage_from_server=True,
                                              **base)
     ttft, itl, e2e, tokens = timeline
+    if expected is not None and tokens < expected:
+        return RequestResult.model_construct(ok=False, error=f"short response: {tokens} of {expected} tokens",
+                                             itl=[], usage_from_server=True, **base)
     return RequestResult.model_construct(
         ok=True, error=None, ttft=ttft, itl=itl, e2e=e2e, tpot=(e2e - ttft) / (tokens - 1) if tokens > 1 else None,
         prompt_tokens=raw.prompt_tokens, completion_tokens=tokens,
@@ -345,36 +354,32 @@ def _last_line(tmp: str, w: int) -> str:
 
 
 def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,
-          request_timeout: float) -> list[Job]:
+          request_timeout: float, start_delays: list[float] | None = None) -> list[Job]:
     url, chat = endpoint(target), target.api == "chat"
     workers = max(1, min(workers, limit, len(bodies)))
     jobs = []
     for w in range(workers):
         slots = limit // workers + (1 if w < limit % workers else 0)
         indices = list(range(w, len(bodies), workers)) if offsets is not None else None
+        delays = start_delays[w::workers][:slots] if start_delays else None
         jobs.append(Job(url=url, bodies=bodies, chat=chat, slots=slots, offsets=offsets, indices=indices,
-                        request_timeout=request_timeout, headers=client.headers()))
+                        request_timeout=request_timeout, headers=client.headers(target.api_key),
+                        start_delays=delays))
     return jobs
 
 
-def fresh_prompts(prompts: list[Prompt], attempt: int) -> list[Prompt] | None:
-    """Prompts for a re-run that vLLM's prefix cache has not seen (token ids rotated), or None."""
-    if any(p.token_ids is None or len(p.token_ids) < 2 for p in prompts):
-        return None
-    return [Prompt(token_ids=p.token_ids[attempt % len(p.token_ids):] + p.token_ids[:attempt % len(p.token_ids)])
-            for p in prompts]
-
-
 async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, *, concurrency, rate, seed,
-                        alive, input_len, request_timeout, workers,
-                        stop_when: Stop | None = None) -> tuple[BenchPoint, list[RequestResult]]:
+                        alive, input_len, request_timeout, workers, stop_when: Stop | None = None,
+                        window: WindowSettings | None = None, ramp_s: float = 0.0,
+                        slo: Slo | None = None) -> tuple[BenchPoint, list[RequestResult]]:
     profile = "rate" if rate is not None else "concurrency"
     n = len(prompts)
     offsets = poisson_schedule(n, rate, seed) if rate is not None else None
     limit = concurrency or n
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     bodies = [request_body(target, p, output_len) for p in prompts]
-    jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout)
+    delays = stagger(limit, ramp_s, seed) if offsets is None and ramp_s > 0 else None
+    jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout, delays)
     reason: list[str] = []  # why stop_when ended the point, if it did
     if len(jobs) == 1:
         reports, t0 = await _in_process(jobs[0], alive, stop_when, reason)
@@ -383,30 +388,49 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
     # the wall time of the whole point, as `vllm bench serve` measures it
     duration = max(rep.end for rep in reports) - t0
     # requests an early stop cut off or never sent were not measured: not the server's failures
+    cut_starts = [r.start - t0 for rep in reports for r in rep.raws if r.error == STOPPED and r.sent]
     raws = sorted((r for rep in reports for r in rep.raws if r.error != STOPPED), key=lambda r: r.index)
-    results = [to_result(r, t0) for r in raws]
+    results = [to_result(r, t0, output_len) for r in raws]
     dead = any(r.error == SERVER_DIED for r in results)
     if not dead and alive is not None and any(not r.ok for r in results) and not alive():
         dead = True
     tokens = sum(r.completion_tokens or 0 for r in results if r.ok)
+    measured, summary = results, None
+    if window is not None:
+        closed_by = reason[0] if reason else "every request was sent and finished"
+        summary, measured = window_summary(slo, results, window, cut_starts=cut_starts, closed_by=closed_by,
+                                           open_loop=offsets is not None)
     point = summarize(
-        results, duration, profile=profile, concurrency=concurrency, rate=rate, output_len=output_len,
+        measured, duration, profile=profile, concurrency=concurrency, rate=rate, output_len=output_len,
         input_len=input_len, api=target.api, started_at=started_at, max_in_flight=_max_in_flight(results),
         partial_reason="the server died during this point" if dead else None,
         client=_client_stats(reports, duration, tokens, raws),
     )
-    point.stopped_early = reason[0] if reason else None
-    return point, results
+    if summary is not None:
+        point.window = summary
+        span = max(summary.end_s - summary.start_s, 1e-9)
+        if summary.achieved_req_s is not None:  # the window's rates, not the whole point's
+            point.duration_s = round(span, 6)
+            point.req_s = summary.achieved_req_s
+            point.output_tok_s = summary.output_tok_s or 0.0
+            point.total_tok_s = point.output_tok_s + point.prompt_tokens / span
+        point.samples = encode_samples(results, {r.index for r in measured}, summary.warmup_s)
+    else:
+        point.stopped_early = reason[0] if reason else None
+    return point, measured
 
 
 async def run_point_async(target: Target, prompts: list[Prompt], output_len: int, *, concurrency: int | None = None,
                           rate: float | None = None, seed: int = 0, slo: Slo | None = None,
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
                           request_timeout: float = 600.0, workers: int | None = None,
-                          stop_when: Stop | None = None) -> BenchPoint:
+                          stop_when: Stop | None = None, window: WindowSettings | None = None,
+                          ramp_s: float = 0.0) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
     also capped by `concurrency`). `workers`: client worker processes (None: automatic, and a
-    saturated client retries the point with more)."""
+    saturated client retries the point with more). `window`: a steady-state point (window.py):
+    statistics over its window only, a verdict at a confidence; `stop_when` then closes it.
+    `ramp_s`: a concurrency point's streams start spread over this many seconds."""
     if concurrency is None and rate is None:
         raise UsageError("a point needs a concurrency or a rate")
     if concurrency is not None and concurrency < 1:
@@ -418,7 +442,8 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
     while True:
         point, results = await _measure_once(target, prompts, output_len, concurrency=concurrency, rate=rate,
                                              seed=seed, alive=alive, input_len=input_len,
-                                             request_timeout=request_timeout, workers=count, stop_when=stop_when)
+                                             request_timeout=request_timeout, workers=count, stop_when=stop_when,
+                                             window=window, ramp_s=ramp_s, slo=slo)
         more = min(max_workers(), count * 2)
         # a client that was idle but kept waiting (other processes had the cores: on a small host,
         # the server under test) is measured once more as it was, where no worker can be added
@@ -438,6 +463,9 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
         count, prompts, attempt = again, fresh, attempt + 1
     point.client.attempts = attempt
     point = slo.judge(point, results) if slo is not None else point
+    if point.window is not None and point.slo is not None:  # the verdict at a confidence decides
+        point.slo_met = point.window.verdict == "pass"
+        point.slo_violations = [] if point.slo_met else (point.window.reasons or [point.window.verdict])
     if point.stopped_early and point.slo is not None:
         point.slo_met = False
         point.slo_violations.append(f"stopped early: {point.stopped_early}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ..errors import UsageError
 
@@ -124,9 +124,11 @@ def find_knee(measure: Callable[[float], tuple[float, bool]], lo: float = 1, hi:
 class Verdict(BaseModel):
     """What one measured load says to the capacity search."""
 
-    passed: bool
+    passed: bool  # which way the search goes: up past a pass, down from a failure
     margin: float | None = None  # SLO's worst value/limit (<= 1 meets); None when unknown
     trusted: bool = True  # False: quantkit's own client limited the point (its latencies are not the server's)
+    decided: bool = True  # False: the data could not decide at the confidence asked (steers, never reported)
+    state: str | None = None  # the point's own verdict (pass, fail, saturated), where it has one
 
 
 class CapacityStep(BaseModel):
@@ -134,6 +136,8 @@ class CapacityStep(BaseModel):
     passed: bool
     margin: float | None = None
     trusted: bool = True
+    decided: bool = True
+    state: str | None = None
 
 
 class CapacitySearch(BaseModel):
@@ -152,6 +156,7 @@ class CapacitySearch(BaseModel):
     lo: float
     hi: float
     steps: list[CapacityStep]
+    undecided: list[float] = Field(default_factory=list)  # loads whose data could not decide (not in the bracket)
 
 
 def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: float = 1024,
@@ -184,12 +189,24 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
     def get(x: float) -> CapacityStep:
         if x not in steps:
             v = measure(int(x) if integer else x)
-            steps[x] = CapacityStep(load=x, passed=v.passed, margin=v.margin, trusted=v.trusted)
+            steps[x] = CapacityStep(load=x, passed=v.passed, margin=v.margin, trusted=v.trusted, decided=v.decided,
+                                    state=v.state)
         return steps[x]
 
     def result(capacity, ceiling, reason) -> CapacitySearch:
+        # the bracket holds decided loads only: an undecided pass steered the search upwards, but
+        # the capacity is the highest load that passed at the confidence asked
+        undecided = sorted(x for x, s in steps.items() if not s.decided)
+        if capacity is not None and not steps[capacity].decided:
+            capacity = max((x for x, s in steps.items() if s.passed and s.decided and x <= capacity), default=None)
+            if capacity is None and reason in ("bracketed", "max_reached"):
+                reason = "below_min"
+        if ceiling is not None and not steps[ceiling].decided:
+            decided_fail = min((x for x, s in steps.items() if not s.passed and s.decided and x >= ceiling),
+                               default=None)
+            ceiling = decided_fail if decided_fail is not None else ceiling
         return CapacitySearch(capacity=capacity, ceiling=ceiling, reason=reason, tolerance=tolerance, lo=lo, hi=hi,
-                              steps=list(steps.values()))
+                              steps=list(steps.values()), undecided=undecided)
 
     def done(p: float, f: float) -> bool:
         return f <= p * step + 1e-9 or (integer and f - p <= 1)
@@ -296,8 +313,8 @@ def _next_load(steps, good, bad, lo, hi, step, max_growth, bisect, integer, norm
     # bracketed
     if bad / good <= step * step:
         x = math.sqrt(good * bad)  # any load in [bad/step, good*step] settles it either way
-    elif bisect or predicted is None:
-        x = math.sqrt(good * bad)
+    elif bisect or predicted is None or steps[bad].margin is None:
+        x = math.sqrt(good * bad)  # a failure without a margin (saturated) says nothing of where it crossed
     else:
         x = min(max(predicted, good * step), bad / step)
     return _fresh(norm(x), steps, good, bad, integer, up=True)

@@ -4,7 +4,7 @@
   not re-tokenize (lengths are exact). Each point gets fresh prompts (seed, point index): vLLM's
   prefix cache would otherwise serve a repeated prompt's prefill for free.
 - dataset: prompts from a local JSONL file (field `prompt`, `text`, or chat `messages`).
-- Poisson arrivals: seeded exponential inter-arrival times.
+- Poisson arrivals: seeded exponential inter-arrival times; a closed loop's staggered first sends.
 """
 
 from __future__ import annotations
@@ -114,3 +114,18 @@ def poisson_schedule(n: int, rate: float, seed: int = 0) -> list[float]:
         out.append(t)
         t += rng.expovariate(rate)
     return out
+
+
+def stagger(streams: int, ramp_s: float, seed: int) -> list[float]:
+    """First-send times of a closed loop's streams: seeded, uniform over `ramp_s` (about one
+    request's duration, GuideLLM's rampup), so the streams neither start nor finish in lock step."""
+    rng = random.Random(f"stagger:{seed}")
+    return sorted(rng.uniform(0.0, ramp_s) for _ in range(streams)) if ramp_s > 0 else [0.0] * streams
+
+
+def fresh_prompts(prompts: list[Prompt], attempt: int) -> list[Prompt] | None:
+    """Prompts for a re-run that vLLM's prefix cache has not seen (token ids rotated), or None."""
+    if any(p.token_ids is None or len(p.token_ids) < 2 for p in prompts):
+        return None
+    return [Prompt(token_ids=p.token_ids[attempt % len(p.token_ids):] + p.token_ids[:attempt % len(p.token_ids)])
+            for p in prompts]

@@ -57,7 +57,10 @@ class CapacityCell(BaseModel):
     def load_text(self) -> str:
         if self.load is None:
             return "none"
-        unit = f"c={self.load:g}" if self.profile == "concurrency" else f"{self.load:g} req/s offered"
+        from ..measure import profiles
+
+        unit = profiles.get(self.profile).label(self.load) if self.profile in (*profiles.PROFILES, *profiles.ALIASES) \
+            else f"{self.load:g}"
         return unit + ("+" if self.reason == "max_reached" else "")
 
 
@@ -74,7 +77,7 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
     from ..serve.config import args_of
 
     cell = CapacityCell(
-        config=config, slo=result.get("slo") or "", profile=settings.get("profile", "concurrency"),
+        config=config, slo=result.get("slo") or "", profile=settings.get("profile", "burst"),
         load=cap.get("load"), reason=search.get("reason"), req_s=cap.get("req_s"), output_tok_s=cap.get("output_tok_s"),
         goodput_req_s=cap.get("goodput_req_s"), tolerance=float(settings.get("tolerance") or 0.10),
         points=int(result.get("points_spent") or len(result.get("points") or [])),
@@ -97,7 +100,9 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
 
 
 def _where(point: dict[str, Any]) -> str:
-    return f"c={point.get('concurrency')}" if point.get("profile") == "concurrency" else f"{point.get('rate')} req/s"
+    burst = " (burst)" if point.get("load_profile") == "burst" else ""
+    return (f"c={point.get('concurrency')}{burst}" if point.get("profile") == "concurrency"
+            else f"{point.get('rate')} req/s")
 
 
 def tuned_cell(tune: dict[str, Any] | None, slo: str | None, profile: str = "concurrency",

@@ -37,7 +37,11 @@ Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 
 def workload_from(capacity: dict[str, Any], slo: str | None) -> Workload:
     """The workload of capacity settings (as stored: `CapacitySettings.model_dump()`) under an SLO."""
-    return (capacity.get("profile", "concurrency"), capacity.get("input_len"), capacity.get("output_len"), slo)
+    # a profile stored before profiles had names (or as `concurrency` without a window) was a burst
+    profile = capacity.get("profile", "burst")
+    if profile == "rate":
+        profile = "poisson"
+    return (profile, capacity.get("input_len"), capacity.get("output_len"), slo)
 
 
 def workload_of(record: Record) -> Workload | None:
@@ -50,7 +54,8 @@ def workload_of(record: Record) -> Workload | None:
 
 
 def workload_text(w: Workload) -> str:
-    profile = "" if w[0] == "concurrency" else f", {w[0]} profile"
+    profile = "" if w[0] == "poisson" else (", burst profile (c prompts at once: not a steady state)"
+                                            if w[0] == "burst" else f", {w[0]} profile")
     return f"{w[1]} in / {w[2]} out{profile} under {w[3]}"
 
 

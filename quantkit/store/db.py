@@ -95,6 +95,25 @@ MIGRATIONS: list[tuple[str, str]] = [
     ALTER TABLE records ADD COLUMN host TEXT;
     ALTER TABLE records ADD COLUMN proc_start TEXT;
     """),
+    # Capacity before steady-state windows was measured as waves of C prompts sent at once: those
+    # records (settings profile `concurrency`, no window) are a prefill burst and are labelled
+    # `burst`, so they are never read as a sustained capacity or mixed with one in a ratio.
+    ("m004_capacity_bursts_labelled", """
+    UPDATE records SET params = json_set(params, '$.capacity.profile', 'burst')
+     WHERE json_valid(params) AND json_extract(params, '$.capacity.profile') = 'concurrency'
+       AND json_extract(params, '$.capacity.window') IS NULL;
+    UPDATE records SET result = json_set(result, '$.settings.profile', 'burst')
+     WHERE kind = 'capacity' AND json_valid(result) AND json_extract(result, '$.settings.profile') = 'concurrency'
+       AND json_extract(result, '$.window') IS NULL;
+    UPDATE records SET result = json_set(result, '$.capacity.profile', 'burst')
+     WHERE kind = 'capacity' AND json_valid(result) AND json_extract(result, '$.settings.profile') = 'burst'
+       AND json_type(result, '$.capacity') = 'object';
+    UPDATE points SET point = json_set(point, '$.load_profile', 'burst')
+     WHERE json_valid(point) AND json_extract(point, '$.profile') = 'concurrency'
+       AND record_id IN (SELECT id FROM records WHERE kind = 'capacity'
+                         AND (json_extract(result, '$.settings.profile') = 'burst'
+                              OR json_extract(params, '$.capacity.profile') = 'burst'));
+    """),
 ]
 # What a record can be; each is a stage of a run or a standalone command's result.
 KINDS = ("convert", "bench", "eval", "tune", "capacity", "trial")

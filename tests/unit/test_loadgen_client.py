@@ -63,6 +63,9 @@ def test_client_limit_names_what_saturated():
     assert "event-loop lag" in client_limit(stats(loop_lag_p99_ms=40.0))
     assert "event-loop lag" in client_limit(stats(loop_lag_p50_ms=5.0))
     assert "behind the schedule" in client_limit(stats(send_lag_p50_ms=1.0, send_lag_p99_ms=80.0))
+    # beside 2-s requests an 80-ms late send changes when load arrives, not what was measured
+    assert client_limit(stats(send_lag_p50_ms=1.0, send_lag_p99_ms=80.0), e2e_p50_s=2.0) is None
+    assert "behind the schedule" in client_limit(stats(send_lag_p99_ms=150.0), e2e_p50_s=2.0)
     # lag is judged against the cadence it blurs: 30 ms late is noise beside a 200 ms ITL
     assert client_limit(stats(loop_lag_p50_ms=3.0, loop_lag_p99_ms=30.0), itl_p50_s=0.2) is None
     assert "other processes" in client_limit(stats(loop_lag_p50_ms=3.0, loop_lag_p99_ms=30.0), itl_p50_s=0.02)

@@ -135,7 +135,7 @@ def test_a_search_stopped_by_the_client_says_so_whether_probe_or_full_search():
 
     def result(reason):
         search = CapacitySearch(capacity=None, ceiling=2.0, reason=reason, tolerance=0.1, lo=2.0, hi=8.0, steps=[])
-        return CapacityResult(model_dir="m", slo="ttft_p95=1", settings=CapacitySettings(start=2), search=search)
+        return CapacityResult(model_dir="m", slo="ttft_p95=1", settings=CapacitySettings(profile="burst", start=2), search=search)
 
-    assert tune._untrusted_error(result("untrusted")).startswith("no trusted capacity: the point at concurrency 2")
+    assert tune._untrusted_error(result("untrusted")).startswith("no trusted capacity: the point at c=2 (burst)")
     assert tune._untrusted_error(result("below_min")) is None

@@ -1,0 +1,92 @@
+"""Load profiles of the capacity search: one registry entry each (GuideLLM's ProfileFactory, reduced).
+
+- `poisson` (default): open-loop Poisson arrivals at a rate, MLPerf Inference's Server scenario.
+  Each point is a steady-state window (window.py); capacity is in offered requests/s, with the
+  concurrency it produced (Little's law: the client's mean number of requests in flight) beside it.
+- `concurrency`: a closed loop of C streams, each sending its next request when the last one
+  finished. The streams start at seeded times spread over about one request's duration (GuideLLM's
+  `rampup`), so they neither start nor finish in lock step; each point is a steady-state window.
+- `burst`: waves of C prompts sent at once, `waves x C` requests per point, statistics over the whole
+  point: how fast the server prefills C simultaneous prompts, not what it sustains. Kept for
+  comparison with records measured that way (quantkit's capacity before steady-state windows), and
+  labelled `burst` wherever it appears.
+
+A profile turns a load into a `PointPlan`: how many prompts to prepare, the point's concurrency or
+rate, its streams' ramp and its window settings (None for a burst).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from .window import WindowSettings
+
+if TYPE_CHECKING:
+    from .capacity import CapacitySettings
+
+Name = Literal["poisson", "concurrency", "burst"]
+ALIASES = {"rate": "poisson"}  # the name of the Poisson profile before it became the default
+MAX_PROMPTS = 50_000  # prompts one point may prepare (a closed loop's need is estimated from an idle request)
+
+# Window defaults by machine: long enough on a GPU for vLLM to reach its steady batch (hundreds of
+# requests run at once there; MLPerf's server run is 600 s, far more than a search of ten points
+# can spend), short enough on 2 CPU cores that the demo's three searches stay within minutes.
+GPU_WINDOW = WindowSettings(warmup_s=10.0, min_s=30.0, max_s=90.0, min_requests=200)
+CPU_WINDOW = WindowSettings(warmup_s=4.0, min_s=15.0, max_s=45.0, min_requests=50)
+
+
+@dataclass(frozen=True)
+class PointPlan:
+    requests: int
+    concurrency: int | None
+    rate: float | None
+    ramp_s: float
+    window: WindowSettings | None
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    axis: Literal["rate", "concurrency"]
+    steady: bool  # measured as a steady-state window
+    unit: str  # how a load of this profile reads: "{load} req/s offered", "c={load}"
+    describe: str
+
+    def label(self, load: float) -> str:
+        return self.unit.format(load=f"{load:g}")
+
+    def plan(self, load: float, settings: "CapacitySettings", window: WindowSettings, request_s: float) -> PointPlan:
+        """The point at `load`; `request_s` is one request's duration on the idle server (warm-up)."""
+        if not self.steady:  # burst: waves of `load` prompts
+            n = max(settings.min_requests, math.ceil(settings.waves * load))
+            n = min(n, settings.max_requests) if settings.max_requests else n
+            return PointPlan(n, int(load), None, 0.0, None)
+        horizon = window.warmup_s + window.max_s + max(window.max_s / 3, 1.5 * request_s) + 2.0
+        if self.axis == "rate":
+            n = math.ceil(load * horizon) + 8
+            return PointPlan(min(n, settings.max_requests or n), None, float(load), 0.0, window)
+        # a closed loop of C streams sends at most C requests per idle request duration
+        per_stream = math.ceil(horizon / max(request_s, 1e-3)) + 1
+        n = min(MAX_PROMPTS, int(load) * per_stream)
+        n = min(n, settings.max_requests) if settings.max_requests else n
+        return PointPlan(n, int(load), None, request_s, window)
+
+
+PROFILES: dict[str, Profile] = {
+    "poisson": Profile("poisson", "rate", True, "{load} req/s offered",
+                       "open-loop Poisson arrivals (MLPerf Server), steady-state windows"),
+    "concurrency": Profile("concurrency", "concurrency", True, "c={load}",
+                           "closed loop of C streams with a staggered start, steady-state windows"),
+    "burst": Profile("burst", "concurrency", False, "c={load} (burst)",
+                     "waves of C prompts sent at once: a prefill burst, not a steady state"),
+}
+
+
+def get(name: str) -> Profile:
+    return PROFILES[ALIASES.get(name, name)]
+
+
+def default_window(gpu: bool) -> WindowSettings:
+    return (GPU_WINDOW if gpu else CPU_WINDOW).model_copy()

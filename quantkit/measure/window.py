@@ -1,0 +1,218 @@
+"""A steady-state load point is a time window: warm-up trimmed, cool-down excluded, verdict at a confidence.
+
+A point of the `poisson` or `concurrency` profile keeps its load on (arrivals, or C staggered
+streams) and measures only what a server sustains:
+- **warm-up**: requests sent in the first `warmup_s` seconds (at least 1.5 median request durations
+  at this load, so the server holds its steady batch before the window opens) are left out;
+- **window**: the requests sent after the warm-up, in sending order, up to the last one such that
+  every request sent before it has finished (the complete prefix): its statistics carry no bias
+  towards the fast requests, since none of its slow ones is still running;
+- **cool-down**: requests sent after the window closed, or still running when it closed, are left
+  out too (counted, and said so);
+- **verdict**: `confidence.judge` on the window's requests; the point ends once the verdict is
+  decided and the window holds `min_requests` over at least `min_s` seconds, or at `max_s`
+  (`undecided` if the data still cannot tell);
+- **saturation**: completions fall behind arrivals: the client's own count of requests in flight
+  grows through the window by more than its steady-state noise (3 sqrt(2 L)) and by more than 10%
+  of the window's arrivals (achieved rate below 90% of offered). Its percentiles describe a queue
+  that grows with the window's length, so the verdict is `saturated`, not a latency figure.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from .confidence import judge
+from .point import RequestResult, Verdict, WindowSettings, WindowSummary, percentile
+
+if TYPE_CHECKING:
+    from .slo import Slo
+
+SATURATION_SHARE = 0.10  # in-flight growth over the window / its arrivals at which arrivals outpace service
+SATURATION_SIGMAS = 3.0  # ... and beyond this many standard deviations of a steady queue's noise
+
+
+def _end(r: RequestResult) -> float | None:
+    return r.start_s + r.e2e if r.ok and r.e2e is not None else None
+
+
+def effective_warmup(results: list[RequestResult], settings: WindowSettings) -> float:
+    """The warm-up: `warmup_s`, or 1.5 median request durations at this load if longer (the batch
+    fills in about one), at most a third of the cap."""
+    e2e = [r.e2e for r in results if r.ok and r.e2e is not None]
+    longer = 1.5 * percentile(e2e, 50) if e2e else 0.0
+    return min(max(settings.warmup_s, longer), settings.max_s / 3)
+
+
+def split(results: list[RequestResult], warmup_s: float) -> tuple[list[RequestResult], int, int]:
+    """(window, warm-up count, cool-down count) of the finished requests: the window is the
+    complete prefix, in sending order, of the requests sent after the warm-up."""
+    ordered = sorted(results, key=lambda r: (r.index if r.index is not None else 0, r.start_s))
+    warm = [r for r in ordered if r.start_s < warmup_s]
+    rest = [r for r in ordered if r.start_s >= warmup_s]
+    window: list[RequestResult] = []
+    expected = rest[0].index if rest and rest[0].index is not None else None
+    for r in rest:
+        if expected is not None and r.index is not None and r.index != expected:
+            break  # an earlier-sent request has not finished: the prefix ends here
+        window.append(r)
+        expected = r.index + 1 if r.index is not None else None
+    return window, len(warm), len(rest) - len(window)
+
+
+def _in_flight(results: list[RequestResult], t: float) -> int:
+    return sum(1 for r in results if r.start_s <= t and ((_end(r) or math.inf) > t))
+
+
+def figures(results: list[RequestResult], window: list[RequestResult]) -> dict[str, float | None]:
+    """Rates and Little's L over the window's span, from every finished request's own times."""
+    if len(window) < 2:
+        return {}
+    t0, t1 = window[0].start_s, window[-1].start_s
+    span = t1 - t0
+    if span <= 0:
+        return {}
+    completions = sum(1 for r in results if (e := _end(r)) is not None and t0 <= e <= t1)
+    tokens, busy = 0.0, 0.0
+    for r in results:
+        end = _end(r)
+        if end is None:
+            continue
+        busy += max(0.0, min(end, t1) - max(r.start_s, t0))
+        first = r.start_s + (r.ttft or 0.0)
+        n = r.completion_tokens or 0
+        if t0 <= first <= t1:
+            tokens += 1
+        if n > 1 and end > first:  # the rest of its tokens, spread over its decode span
+            tokens += (n - 1) * max(0.0, min(end, t1) - max(first, t0)) / (end - first)
+    return {"offered_req_s": (len(window) - 1) / span, "achieved_req_s": completions / span,
+            "output_tok_s": tokens / span, "in_flight_mean": busy / span}
+
+
+def growth(series: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(mean in flight over the later half of the series minus over the earlier half, overall
+    mean) of (time, requests in flight) samples: a queue that grows by g per second reads g*T/2."""
+    if len(series) < 4:
+        return None
+    half = len(series) // 2
+    early = sum(n for _, n in series[:half]) / half
+    late = sum(n for _, n in series[half:]) / (len(series) - half)
+    return late - early, sum(n for _, n in series) / len(series)
+
+
+def saturation(series: list[tuple[float, float]], arrivals: int, span_s: float) -> tuple[str | None, float | None]:
+    """Arrivals outpace completions: requests in flight grow through the span by more than 10% of
+    its arrivals (half of that between the halves' means) and beyond a steady queue's noise."""
+    found = growth(series)
+    if found is None or arrivals < 8:
+        return None, None
+    g, mean = found
+    if g > SATURATION_SHARE / 2 * arrivals and g > SATURATION_SIGMAS * math.sqrt(mean + 1):
+        return (f"saturated: requests in flight grew from {mean - g / 2:.0f} to {mean + g / 2:.0f} on average "
+                f"between the two halves of {span_s:.0f} s ({arrivals} arrivals): completions fell behind"), g
+    return None, g
+
+
+def in_flight_series(starts: list[float], ends: list[float], t0: float, t1: float, samples: int = 40):
+    """Requests in flight at `samples` times over [t0, t1] (an end of inf: never finished)."""
+    if t1 <= t0:
+        return []
+    out = []
+    for k in range(samples):
+        t = t0 + (t1 - t0) * (k + 0.5) / samples
+        out.append((t, float(sum(1 for s, e in zip(starts, ends) if s <= t < e))))
+    return out
+
+
+def summarize(slo: "Slo | None", results: list[RequestResult], settings: WindowSettings, *,
+              cut_starts: list[float] | None = None, closed_by: str = "",
+              open_loop: bool = True) -> tuple[WindowSummary, list[RequestResult]]:
+    """The point's window and its verdict from its finished requests, and the send times of those
+    cut off (still running, or sent, when the point ended)."""
+    cut_starts = cut_starts or []
+    warmup = effective_warmup(results, settings)
+    window, warm, cool = split(results, warmup)
+    fig = figures(results, window)
+    saturated = None
+    starts = [r.start_s for r in results] + cut_starts
+    last_send = max(starts, default=0.0)
+    if open_loop and last_send > warmup:
+        ends = [(_end(r) or math.inf) for r in results] + [math.inf] * len(cut_starts)
+        arrivals = sum(1 for t in starts if t >= warmup)
+        saturated, fig["in_flight_growth"] = saturation(in_flight_series(starts, ends, warmup, last_send),
+                                                        arrivals, last_send - warmup)
+    verdict: Verdict = "undecided"
+    reasons: list[str] = []
+    if saturated:
+        verdict, reasons = "saturated", [saturated]
+    elif slo is not None and window:
+        judged = judge(slo, window, settings.confidence)
+        verdict, reasons = judged.decision, judged.reasons()
+        if verdict == "pass" and (rising := still_rising(slo, window)):
+            verdict, reasons = "undecided", [rising]
+        if len(window) < settings.min_requests and verdict == "pass":
+            verdict = "undecided"
+            reasons.append(f"{len(window)} requests in the window, fewer than the {settings.min_requests} asked")
+    elif not window:
+        reasons = ["no request finished inside the window"]
+    summary = WindowSummary(
+        verdict=verdict, confidence=settings.confidence, reasons=reasons, warmup_s=round(warmup, 3),
+        start_s=window[0].start_s if window else 0.0, end_s=window[-1].start_s if window else 0.0,
+        measured=len(window), warmup_excluded=warm, cooldown_excluded=cool, cut_off=len(cut_starts),
+        saturation=saturated, closed_by=closed_by, **fig)
+    return summary, window
+
+
+def still_rising(slo: "Slo", window: list[RequestResult]) -> str | None:
+    """A pass whose later half breaks a bound is no steady state yet: near saturation a server
+    started empty takes far longer than one request to reach its stationary queue, and a window
+    that opens early sees it still filling (the point then goes on, up to its cap)."""
+    if len(window) < 40:
+        return None
+    later = window[len(window) // 2:]
+    for t in slo.terms:
+        values = [v for r in later if r.ok and (v := (getattr(r, t.metric) if t.metric != "itl" else
+                                                        (percentile(r.itl, 50) if r.itl else None))) is not None]
+        if not values:
+            continue
+        stat = sum(values) / len(values) if t.stat == "mean" else percentile(values, float(t.stat[1:]))
+        if stat > t.limit_s:
+            return (f"{t.key} of the window's later half is {stat:.3g}s, over {t.limit_s:g}s: latency still rising, "
+                    "not yet a steady state")
+    return None
+
+
+class WindowStop:
+    """`stop_when` for a window point: ends it once its verdict is decided (or saturated) over at
+    least `min_s` and `min_requests`, or at the cap, whatever comes first. `offsets`, an open loop's
+    send schedule, tell it how many requests were sent by now: the ones not finished are in flight."""
+
+    def __init__(self, slo: "Slo | None", settings: WindowSettings, offsets: list[float] | None = None):
+        self.slo, self.settings, self.offsets = slo, settings, offsets
+        self.series: list[tuple[float, float]] = []  # (elapsed, requests in flight)
+
+    def __call__(self, finished: list[RequestResult], elapsed_s: float) -> str | None:
+        import bisect
+
+        s = self.settings
+        warmup = effective_warmup(finished, s)
+        if self.offsets is not None:
+            sent = bisect.bisect_right(self.offsets, elapsed_s)
+            self.series.append((elapsed_s, float(sent - len(finished))))
+        if elapsed_s >= warmup + s.max_s:
+            return f"the window reached its cap of {s.max_s:g} s"
+        if elapsed_s < warmup + s.min_s or self.slo is None:
+            return None
+        if self.offsets is not None:
+            recent = [(t, n) for t, n in self.series if t >= warmup]
+            arrivals = bisect.bisect_right(self.offsets, elapsed_s) - bisect.bisect_left(self.offsets, warmup)
+            saturated, _ = saturation(recent, arrivals, elapsed_s - warmup)
+            if saturated:
+                return saturated
+        summary, _ = summarize(self.slo, finished, s, open_loop=False)
+        if summary.end_s - summary.start_s < s.min_s:  # the window itself spans min_s, not the point
+            return None
+        if summary.verdict == "fail" or (summary.verdict == "pass" and summary.measured >= s.min_requests):
+            return f"decided: {summary.verdict} at {s.confidence:.0%} confidence over {summary.measured} requests"
+        return None

@@ -1,0 +1,88 @@
+"""Capacity against a truth quantkit did not tune to: a continuous-batching engine on loopback
+(tests/fixtures/engine_server.py) whose capacity under the SLO comes from simulating the same engine
+in virtual time for hundreds of seconds (engine_sim.py), not from quantkit's code.
+
+- poisson (the default profile): quantkit's steady-state capacity lands within 10% of the
+  simulated steady state, with a bracket, window verdicts and every request kept;
+- burst: the same search over waves of prompts sent at once is labelled `burst` everywhere and
+  lands near the simulated burst truth, which is far below the steady state's concurrency.
+benchmarks/capacity_fixture.py prints the three profiles' figures (concurrency too).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
+
+import engine_sim as sim  # noqa: E402
+from engine_server import EngineServer  # noqa: E402
+
+from quantkit.measure.capacity import CapacitySettings, run_capacity  # noqa: E402
+from quantkit.measure.point import WindowSettings  # noqa: E402
+from quantkit.measure.samples import decode  # noqa: E402
+from quantkit.measure.slo import parse_slo  # noqa: E402
+from quantkit.measure.workload import Prompt  # noqa: E402
+from quantkit.serve.server import RemoteServer  # noqa: E402
+
+INPUT, OUTPUT = 256, 64
+SLO = "ttft_p95=0.5,tpot_p95=25ms"
+
+
+class FixedPrompts:
+    def prompts(self, n, stream):
+        return [Prompt(token_ids=[5 + (stream * 131 + i) % 997] * INPUT) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return sim.EngineSpec()
+
+
+def search(spec, tmp_path, profile, points=None, **window):
+    settings = CapacitySettings(profile=profile, input_len=INPUT, output_len=OUTPUT, tolerance=0.05, waves=2,
+                                min_requests=1, window=WindowSettings(**window) if window else None)
+    with EngineServer(spec) as fixture:
+        return run_capacity(RemoteServer(fixture.url), tmp_path, parse_slo(SLO), settings, prompts=FixedPrompts(),
+                            out_dir=tmp_path, on_point=points.append if points is not None else None)
+
+
+def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, tmp_path):
+    truth = sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.025)
+    stored = []
+    result = search(spec, tmp_path, "poisson", stored, warmup_s=3, min_s=20, max_s=40, min_requests=100)
+    cap = result.capacity
+    assert cap is not None and result.search.reason == "bracketed", result.summary()
+    assert 0.9 * truth <= cap.load <= 1.1 * truth, f"{result.summary()} against a truth of {truth:.1f} req/s"
+    assert result.search.ceiling > cap.load and cap.profile == "poisson"
+    # Little's law beside the rate: the mean in flight at capacity is rate x E2E
+    capacity_point = result.points[cap.point_index]
+    assert cap.concurrency == pytest.approx(capacity_point.req_s * capacity_point.e2e.mean, rel=0.25)
+    # the capacity point passed at its confidence, over a window that left warm-up and cool-down out
+    w = capacity_point.window
+    assert w.verdict == "pass" and w.measured >= 100 and w.warmup_excluded > 0 and w.end_s - w.start_s >= 20
+    assert capacity_point.num_requests == w.measured
+    ceiling = next(p for p in result.points if p.rate == result.search.ceiling)
+    # at the truth itself the data may not decide: the bracket then ends on an undecided load, said so
+    assert ceiling.window.verdict in ("fail", "saturated", "undecided")
+    if ceiling.window.verdict == "undecided":
+        assert result.search.ceiling in result.search.undecided and "undecided at" in result.summary()
+    # every request of every point is kept (in what the store is given), window flags with it
+    assert all(p.samples for p in stored) and not any(p.samples for p in result.points)
+    rows = decode(stored[cap.point_index].samples)
+    assert sum(1 for _, where in rows if where == "window") == w.measured
+    assert any(where == "warmup" for _, where in rows)
+
+
+def test_burst_is_labelled_and_measures_the_prefill_burst(spec, tmp_path):
+    truth = sim.truth_burst(spec, INPUT, OUTPUT, 0.5, 0.025)
+    steady = sim.truth_concurrency(spec, INPUT, OUTPUT, 0.5, 0.025, ramp_s=sim.request_s(spec, INPUT, OUTPUT))
+    assert truth < 0.85 * steady  # the fixture tells a burst from a steady state
+    result = search(spec, tmp_path, "burst")
+    assert result.capacity is not None and result.capacity.profile == "burst"
+    assert abs(result.capacity.load - truth) <= 0.1 * truth, f"{result.summary()} against a burst truth of {truth}"
+    assert "(burst)" in result.summary()
+    assert all(p.load_profile == "burst" and p.window is None for p in result.points)

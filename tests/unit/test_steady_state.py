@@ -1,0 +1,178 @@
+"""Steady-state points in pure logic: confidence verdicts, the window's warm-up / prefix / cool-down,
+saturation, the packed samples, the profiles and the search's undecided loads."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from quantkit.measure import profiles
+from quantkit.measure.capacity import CapacitySettings
+from quantkit.measure.confidence import batch_bounds, judge, requests_to_pass, share_bounds
+from quantkit.measure.point import RequestResult
+from quantkit.measure.samples import decode, encode
+from quantkit.measure.search import Verdict, search_capacity
+from quantkit.measure.slo import parse_slo
+from quantkit.measure.window import WindowSettings, WindowStop, split, summarize
+
+
+def req(i, start, ttft=0.1, tpot=0.01, n=16, ok=True):
+    e2e = ttft + tpot * (n - 1)
+    if not ok:
+        return RequestResult(ok=False, error="HTTP 500", index=i, start_s=start)
+    return RequestResult(ok=True, index=i, start_s=start, ttft=ttft, tpot=tpot, e2e=e2e, itl=[tpot] * (n - 1),
+                         prompt_tokens=8, completion_tokens=n)
+
+
+def test_the_binomial_rule_matches_mlperf_loadgen_counts():
+    # LoadGen's early stopping for p95 at 99% confidence: 90 requests with none over, 130 with one
+    # (FIELD-NOTES, computed from the rule); at 95%: 59 with none
+    assert requests_to_pass(0.95, 0.99, 0) == 90
+    assert requests_to_pass(0.95, 0.99, 1) == 130
+    assert requests_to_pass(0.95, 0.95, 0) == 59
+    lo, hi = share_bounds(0, 59, 0.95)
+    assert lo == 0 and hi <= 0.05
+
+
+def test_a_p95_bound_passes_fails_or_stays_undecided_by_its_interval():
+    slo = parse_slo("ttft_p95=0.5")
+    fast = [req(i, i * 0.1, ttft=0.1) for i in range(200)]
+    assert judge(slo, fast).decision == "pass"
+    assert judge(slo, fast[:30]).decision == "undecided"  # 30 draws cannot show a 5% share at 95%
+    slow = [req(i, i * 0.1, ttft=0.1 if i % 5 else 0.9) for i in range(200)]  # 20% over
+    assert judge(slo, slow).decision == "fail"
+    edge = [req(i, i * 0.1, ttft=0.1 if i % 20 else 0.9) for i in range(200)]  # 5% over: the limit itself
+    assert judge(slo, edge).decision == "undecided"
+    failed = fast[:-1] + [req(199, 19.9, ok=False)]
+    verdict = judge(slo, failed)
+    assert verdict.decision == "fail" and verdict.failures == 1
+
+
+def test_runs_of_exceedances_widen_the_interval_beyond_the_binomial():
+    # 4% over in one run (a queue excursion) vs 4% spread evenly: the batches see the run
+    clustered = [i >= 192 for i in range(200)]
+    spread = [i % 25 == 0 for i in range(200)]
+    assert batch_bounds(clustered, 0.95)[1] > batch_bounds(spread, 0.95)[1]
+    assert batch_bounds(clustered, 0.95)[1] > share_bounds(8, 200, 0.95)[1]
+    assert batch_bounds([False] * 40, 0.95) is None  # too few to cut into batches
+
+
+def test_attainment_and_mean_bounds():
+    slo = parse_slo("ttft_mean=0.5,attainment=0.9")
+    good = [req(i, i * 0.1, ttft=0.1 + 0.01 * (i % 7)) for i in range(300)]
+    assert judge(slo, good).decision == "pass"
+    bad = [req(i, i * 0.1, ttft=0.1 if i % 3 else 0.8) for i in range(300)]  # a third miss
+    assert judge(slo, bad).decision == "fail"
+
+
+def test_the_window_drops_warmup_ends_at_the_complete_prefix_and_counts_the_cooldown():
+    s = WindowSettings(warmup_s=2.0, min_s=1.0, max_s=30.0, min_requests=5)
+    results = [req(i, i * 0.25) for i in range(40)]
+    missing = 30  # still running when the point ended: the window must stop before it
+    finished = [r for r in results if r.index != missing]
+    window, warm, cool = split(finished, 2.0)
+    assert warm == 8  # sends at 0 .. 1.75 s
+    assert [r.index for r in window] == list(range(8, 30))
+    assert cool == 9  # 31..39 finished but were sent after the window closed
+    summary, measured = summarize(parse_slo("ttft_p95=1"), finished, s, cut_starts=[missing * 0.25], open_loop=True)
+    assert summary.measured == 22 and summary.cut_off == 1 and summary.cooldown_excluded == 9
+    assert summary.offered_req_s == pytest.approx(4.0)
+    assert summary.in_flight_mean == pytest.approx(0.25 * 0 + (0.1 + 0.15) / 0.25, rel=0.05)  # Little: rate x E2E
+
+
+def test_a_queue_that_grows_is_saturated_and_a_steady_one_is_not():
+    s = WindowSettings(warmup_s=2.0, min_s=1.0, max_s=60.0, min_requests=5)
+    rng = random.Random(0)
+    # arrivals at 10/s; service completes 6/s in FIFO: each request waits for all before it
+    t, steady, grows = 0.0, [], []
+    done = 0.0
+    for i in range(400):
+        t += rng.expovariate(10)
+        steady.append(req(i, t, ttft=0.05, tpot=0.01))
+        done = max(done, t) + 1 / 6
+        e2e = done - t
+        grows.append(RequestResult(ok=True, index=i, start_s=t, ttft=e2e - 0.15, tpot=0.01, e2e=e2e,
+                                   itl=[0.01] * 15, prompt_tokens=8, completion_tokens=16))
+    assert summarize(parse_slo("ttft_p95=100"), steady, s)[0].verdict == "pass"
+    summary, _ = summarize(parse_slo("ttft_p95=100"), grows, s)
+    assert summary.verdict == "saturated" and "grew" in summary.saturation
+
+
+def test_the_stop_rule_waits_for_min_s_then_closes_on_a_decided_verdict():
+    s = WindowSettings(warmup_s=1.0, min_s=5.0, max_s=20.0, min_requests=60)
+    stop = WindowStop(parse_slo("ttft_p95=0.5"), s)
+    results = [req(i, i * 0.05) for i in range(400)]
+    assert stop(results[:100], 4.0) is None  # before warm-up + min_s
+    said = stop(results, 21.5)
+    assert said and "cap" in said
+    assert stop(results[:200], 9.0).startswith("decided: pass")
+
+
+def test_samples_round_trip_compactly():
+    results = [req(i, i * 0.1) for i in range(500)] + [req(500, 50.0, ok=False)]
+    text = encode(results, window={i for i in range(100, 400)}, warmup_s=10.0)
+    assert len(text) < 60 * len(results)  # bytes per request, packed
+    rows = decode(text)
+    assert len(rows) == 501
+    r, where = rows[150]
+    assert where == "window" and r.index == 150 and r.ttft == pytest.approx(0.1, rel=1e-6)
+    assert rows[5][1] == "warmup" and rows[450][1] == "cooldown"
+    assert rows[500][0].ok is False and rows[500][0].error == "HTTP 500"
+    assert parse_slo("ttft_p95=1").request_ok(r)
+
+
+def test_profiles_registry_and_the_old_name():
+    assert CapacitySettings().profile == "poisson"
+    assert CapacitySettings(profile="rate").profile == "poisson"
+    assert profiles.get("burst").label(8) == "c=8 (burst)" and not profiles.get("burst").steady
+    with pytest.raises(ValueError):
+        CapacitySettings(profile="waves")
+    s = CapacitySettings(window=WindowSettings(warmup_s=2, min_s=5, max_s=10))
+    plan = profiles.get("poisson").plan(10.0, s, s.window, request_s=0.5)
+    assert plan.rate == 10.0 and plan.window is not None and plan.requests >= 10 * (2 + 10)
+    closed = profiles.get("concurrency").plan(8, s, s.window, request_s=0.5)
+    assert closed.concurrency == 8 and closed.ramp_s == 0.5
+    burst = profiles.get("burst").plan(8, CapacitySettings(waves=2, min_requests=4), s.window, 0.5)
+    assert burst.requests == 16 and burst.window is None
+
+
+def test_an_undecided_pass_steers_the_search_but_is_never_the_capacity():
+    truth = 40.0
+
+    def measure(load):
+        margin = (load / truth) ** 3
+        decided = load > 20  # low loads: too few requests to decide
+        return Verdict(passed=margin <= 1, margin=margin, decided=decided, state=None if not decided else (
+            "pass" if margin <= 1 else "fail"))
+
+    found = search_capacity(measure, lo=1, hi=1000, tolerance=0.05, integer=False, start=5, max_growth=4)
+    assert found.capacity is not None and truth / 1.06 <= found.capacity <= truth
+    assert found.ceiling is not None and found.ceiling > truth
+    assert all(x <= 20 for x in found.undecided) and found.undecided
+
+    def all_undecided(load):
+        return Verdict(passed=load < 30, margin=load / 30, decided=False)
+
+    none = search_capacity(all_undecided, lo=1, hi=1000, tolerance=0.05, integer=False, start=5)
+    assert none.capacity is None and none.reason == "below_min"
+
+
+def test_settings_stored_before_windows_still_load():
+    old = {"profile": "concurrency", "tolerance": 0.1, "start": 1, "max": 1024, "input_len": 128, "output_len": 64,
+           "waves": 3.0, "duration_s": 20.0, "min_requests": 16, "max_requests": None, "seed": 0, "warmup": 2,
+           "interval_s": 1.0, "early_stop": True}
+    assert CapacitySettings.model_validate(old).profile == "concurrency"
+    assert math.isclose(CapacitySettings.model_validate({**old, "profile": "burst"}).waves, 3.0)
+
+
+def test_the_steady_state_bound_names_the_decode_batch_or_the_prefill():
+    from quantkit.measure.bounds import DECODE_KNOB, PREFILL_KNOB, classify
+
+    sm = {"samples": 20, "interval_s": 1.0, "running": {"max": 48, "mean": 40}, "waiting": {"mean": 0.1, "max": 1},
+          "kv_usage": {"max": 0.2}, "deltas": {"generation_tokens": 4000}, "steps": 100}
+    tpot = classify({"server_metrics": sm, "slo_violations": ["tpot_p95 0.0313s vs 0.025s ...: fail"]})
+    assert tpot.kind == "compute" and tpot.knob == DECODE_KNOB and "decode batch" in tpot.evidence
+    ttft = classify({"server_metrics": sm, "window": {"reasons": ["ttft_p95 0.8s vs 0.5s: fail"]}})
+    assert ttft.knob == PREFILL_KNOB
