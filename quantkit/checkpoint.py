@@ -112,7 +112,7 @@ def method_of(checkpoint: dict[str, Any] | None) -> str | None:
 def _config_quant_method(folder: Path) -> str | None:
     try:
         qc = json.loads((folder / "config.json").read_text()).get("quantization_config")
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return None
     return (qc or {}).get("quant_method") if isinstance(qc, dict) else None
 
@@ -128,6 +128,13 @@ def check_causal_lm(path: Path, weights: bool = True) -> dict:
     except json.JSONDecodeError as exc:
         raise UsageError(f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno}); "
                          "fix it, or re-download or re-convert the checkpoint") from None
+    except RecursionError:  # nested deeper than Python reads: one line, not a traceback
+        from .safeload import read_config
+
+        config = read_config(path)
+    if not isinstance(config, dict):
+        raise UsageError(f"{config_file} is not a valid Hugging Face config (its JSON is not an object); "
+                         "fix it, or re-download or re-convert the checkpoint")
     architectures = config.get("architectures") or []
     if not any(a.endswith(("ForCausalLM", "ForConditionalGeneration", "LMHeadModel")) for a in architectures):
         raise UsageError(

@@ -26,7 +26,7 @@ PANEL = "vLLM serving options"
 # Numbers and ports are checked where they are parsed (typer's min/max): a bad value is a usage
 # error (exit 2) before anything starts.
 Port = Annotated[Optional[int], typer.Option("--port", min=1, max=65535, help="Port for the server (default: a free one).")]
-StartupTimeout = Annotated[float, typer.Option("--startup-timeout", min=1.0, help="Seconds to wait for the server to become ready.")]
+StartupTimeout = Annotated[float, typer.Option("--startup-timeout", min=1.0, envvar="QUANTKIT_STARTUP_TIMEOUT", help="Seconds to wait for the server to become ready (default 600; QUANTKIT_STARTUP_TIMEOUT).")]
 
 
 def positive_list(text: Optional[str], cast: Callable[[str], Any], name: str) -> Optional[list]:
