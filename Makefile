@@ -19,7 +19,7 @@ demo: setup
 
 # the backend tests need environments of their own (minutes each): `make test-backends` runs them
 test: setup
-	.venv/bin/python -m pytest -ra tests --ignore=tests/integration/test_backends.py
+	.venv/bin/python -m pytest -ra --durations=30 tests --ignore=tests/integration/test_backends.py
 
 test-unit: setup
 	.venv/bin/python -m pytest -ra tests/unit
