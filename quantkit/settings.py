@@ -134,3 +134,23 @@ def served_model_name() -> str | None:
     checkpoint folder's name nor its path (QUANTKIT_SERVED_MODEL_NAME, e.g. vLLM's
     --served-model-name of that server)."""
     return os.environ.get("QUANTKIT_SERVED_MODEL_NAME") or None
+
+
+DEFAULT_REQUEST_TIMEOUT_S = 600.0
+
+
+def request_timeout() -> float:
+    """Seconds one load-test request may take before it fails as unanswered
+    (QUANTKIT_REQUEST_TIMEOUT; default 600: a long generation under a deep queue takes minutes)."""
+    value = os.environ.get("QUANTKIT_REQUEST_TIMEOUT", "")
+    if not value:
+        return DEFAULT_REQUEST_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds == float("inf"):
+        raise SetupError(f"QUANTKIT_REQUEST_TIMEOUT={value} is not a positive number of seconds; "
+                         f"set it e.g. to 120, or unset it for {DEFAULT_REQUEST_TIMEOUT_S:.0f}")
+    return seconds
+

@@ -170,7 +170,8 @@ def _chat_tokens(choice: dict) -> int:
                  or delta.get("tool_calls")) else 0
 
 
-async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dict[str, str]) -> None:
+async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dict[str, str],
+                 timeout_s: float | None = None) -> None:
     """Send one request and record its stream into `raw` (never raises for request failures)."""
     import aiohttp
 
@@ -239,7 +240,10 @@ async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dic
                     times.append(now)
                     chunks.append(k)
             raw.status_ok = True
-    except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+    except asyncio.TimeoutError as exc:  # aiohttp's total timeout: the server never finished answering
+        raw.error = (f"no complete answer within the request timeout of {timeout_s:g} s (QUANTKIT_REQUEST_TIMEOUT)"
+                     if timeout_s else f"TimeoutError: {str(exc)[:200] or 'no answer'}")
+    except (aiohttp.ClientError, OSError) as exc:
         raw.error = f"{type(exc).__name__}: {str(exc)[:200] or 'connection lost'}"
     except ValueError:
         raw.error = "server sent a chunk that is not JSON"
@@ -310,7 +314,7 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
 
         async def send(raw: Raw, i: int) -> None:
             try:
-                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs)
+                await stream(session, job.url, job.bodies[i], job.chat, raw, hdrs, job.request_timeout)
             except asyncio.CancelledError:
                 raw.error = STOPPED  # ended by `halted`: cut off, not the server's failure
                 raise

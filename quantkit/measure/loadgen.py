@@ -52,6 +52,7 @@ from . import client
 from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
 from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
 from .samples import encode as encode_samples
+from .watchers import Stop, quiet_watch, stop_watch, watch
 from .slo import Slo
 from .window import WindowSettings
 from .window import summarize as window_summary
@@ -157,38 +158,6 @@ def _client_stats(reports: list[WorkerReport], duration: float, tokens: int, raw
     )
 
 
-async def _watch(alive: Callable[[], bool] | None, dead: Callable[[], None], every: float = 1.0,
-                 failed: asyncio.Event | None = None) -> None:
-    """Ask `alive()` every `every` seconds, and at once after a request failed (`failed`)."""
-    while alive is not None:
-        if failed is None:
-            await asyncio.sleep(every)
-        else:
-            try:
-                await asyncio.wait_for(failed.wait(), every)
-            except asyncio.TimeoutError:
-                pass
-            failed.clear()
-        if not await asyncio.to_thread(alive):
-            dead()
-            return
-
-
-Stop = Callable[[list[RequestResult], float], "str | None"]
-
-
-async def _stop_watch(stop_when: Stop, finished: Callable[[], list[RequestResult]], started: float,
-                      halt: Callable[[], None], reason: list[str]) -> None:
-    """Ask `stop_when` every second; on a reason, record it and halt the point."""
-    while True:
-        await asyncio.sleep(1.0)
-        said = stop_when(finished(), time.perf_counter() - started)
-        if said:
-            reason.append(said)
-            halt()
-            return
-
-
 async def _in_process(job: Job, alive, stop_when: Stop | None = None,
                       reason: list[str] | None = None) -> tuple[list[WorkerReport], float]:
     """One worker on this process's event loop (low loads: no process to start). The server's
@@ -199,9 +168,10 @@ async def _in_process(job: Job, alive, stop_when: Stop | None = None,
     failed = asyncio.Event()
     done: list[Raw] = []
     started = time.perf_counter()
-    watchers = [asyncio.create_task(_watch(alive, flag.set, every=10.0, failed=failed))]
+    watchers = [asyncio.create_task(watch(alive, flag.set, every=10.0, failed=failed)),
+                asyncio.create_task(quiet_watch(done, job))]
     if stop_when is not None:
-        watchers.append(asyncio.create_task(_stop_watch(
+        watchers.append(asyncio.create_task(stop_watch(
             stop_when, lambda: [to_result(r, started) for r in done], started, halt.set, reason)))
     try:
         report = await client.run_job(job, None, client.Counter().take, flag.is_set, on_failure=failed.set,
@@ -246,7 +216,7 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
             t0 = time.perf_counter() + 0.1  # every worker is waiting on its pipe: they start together
             for proc in procs:
                 wire.send(proc.stdin, ("go", t0))
-            watchers = [asyncio.create_task(_watch(alive, schedule.stop))]
+            watchers = [asyncio.create_task(watch(alive, schedule.stop))]
             if stop_when is not None:  # the requests every worker finished so far, from their files
                 seen: list[RequestResult] = []
 
@@ -254,7 +224,7 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
                     seen.extend(to_result(raw, t0) for reader in readers for raw in reader.read())
                     return seen
 
-                watchers.append(asyncio.create_task(_stop_watch(stop_when, finished, t0, schedule.halt, reason)))
+                watchers.append(asyncio.create_task(stop_watch(stop_when, finished, t0, schedule.halt, reason)))
             try:
                 messages = await asyncio.gather(*(asyncio.to_thread(_report, proc, tmp, w)
                                                   for w, proc in enumerate(procs)))
@@ -423,7 +393,7 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
 async def run_point_async(target: Target, prompts: list[Prompt], output_len: int, *, concurrency: int | None = None,
                           rate: float | None = None, seed: int = 0, slo: Slo | None = None,
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
-                          request_timeout: float = 600.0, workers: int | None = None,
+                          request_timeout: float | None = None, workers: int | None = None,
                           stop_when: Stop | None = None, window: WindowSettings | None = None,
                           ramp_s: float = 0.0) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
@@ -437,6 +407,10 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
         raise UsageError("concurrency must be at least 1")
     if workers is not None and workers < 1:
         raise UsageError("client workers must be at least 1")
+    if request_timeout is None:
+        from ..settings import request_timeout as configured
+
+        request_timeout = configured()
     count = workers or auto_workers(concurrency, rate)
     attempt, waited_again = 1, False
     while True:
