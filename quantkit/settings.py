@@ -109,16 +109,21 @@ def startup_timeout() -> float:
     """Seconds a vLLM server may take to become ready before quantkit gives up on it
     (QUANTKIT_STARTUP_TIMEOUT; a command's --startup-timeout wins). A 70B model loading from a slow
     disk, or a first torch.compile, can take longer than the default."""
-    value = os.environ.get("QUANTKIT_STARTUP_TIMEOUT", "")
+    return _seconds("QUANTKIT_STARTUP_TIMEOUT", DEFAULT_STARTUP_TIMEOUT_S, example=1200)
+
+
+def _seconds(name: str, default: float, example: float) -> float:
+    """A positive, finite number of seconds from the environment variable `name`, else `default`."""
+    value = os.environ.get(name, "")
     if not value:
-        return DEFAULT_STARTUP_TIMEOUT_S
+        return default
     try:
         seconds = float(value)
     except ValueError:
         seconds = 0.0
     if not seconds > 0 or seconds == float("inf"):
-        raise SetupError(f"QUANTKIT_STARTUP_TIMEOUT={value} is not a positive number of seconds; "
-                         f"set it e.g. to 1200, or unset it for {DEFAULT_STARTUP_TIMEOUT_S:.0f}")
+        raise SetupError(f"{name}={value} is not a positive number of seconds; "
+                         f"set it e.g. to {example:g}, or unset it for {default:.0f}")
     return seconds
 
 
@@ -142,15 +147,4 @@ DEFAULT_REQUEST_TIMEOUT_S = 600.0
 def request_timeout() -> float:
     """Seconds one load-test request may take before it fails as unanswered
     (QUANTKIT_REQUEST_TIMEOUT; default 600: a long generation under a deep queue takes minutes)."""
-    value = os.environ.get("QUANTKIT_REQUEST_TIMEOUT", "")
-    if not value:
-        return DEFAULT_REQUEST_TIMEOUT_S
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = 0.0
-    if not seconds > 0 or seconds == float("inf"):
-        raise SetupError(f"QUANTKIT_REQUEST_TIMEOUT={value} is not a positive number of seconds; "
-                         f"set it e.g. to 120, or unset it for {DEFAULT_REQUEST_TIMEOUT_S:.0f}")
-    return seconds
-
+    return _seconds("QUANTKIT_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, example=120)
