@@ -19,12 +19,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
-from .window import WindowSettings
+from .point import WindowSettings
 
-if TYPE_CHECKING:
-    from .capacity import CapacitySettings
+
+class Sizing(Protocol):
+    """What a plan reads of the capacity settings (capacity.CapacitySettings has it)."""
+
+    waves: float
+    min_requests: int
+    max_requests: int | None
 
 Name = Literal["poisson", "concurrency", "burst"]
 ALIASES = {"rate": "poisson"}  # the name of the Poisson profile before it became the default
@@ -57,7 +62,7 @@ class Profile:
     def label(self, load: float) -> str:
         return self.unit.format(load=f"{load:g}")
 
-    def plan(self, load: float, settings: "CapacitySettings", window: WindowSettings, request_s: float) -> PointPlan:
+    def plan(self, load: float, settings: Sizing, window: WindowSettings, request_s: float) -> PointPlan:
         """The point at `load`; `request_s` is one request's duration on the idle server (warm-up)."""
         if not self.steady:  # burst: waves of `load` prompts
             n = max(settings.min_requests, math.ceil(settings.waves * load))
