@@ -55,9 +55,13 @@ def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, 
     stored = []
     result = search(spec, tmp_path, "poisson", stored, warmup_s=3, min_s=20, max_s=40, min_requests=100)
     cap = result.capacity
-    assert cap is not None and result.search.reason == "bracketed", result.summary()
+    # on 2 shared cores the client can be kept waiting at any point: the search then stops there,
+    # marked, with the capacity standing on the trusted points before it (as test_capacity.py)
+    assert cap is not None and result.search.reason in ("bracketed", "untrusted"), result.summary()
     assert 0.9 * truth <= cap.load <= 1.1 * truth, f"{result.summary()} against a truth of {truth:.1f} req/s"
-    assert result.search.ceiling > cap.load and cap.profile == "poisson"
+    assert cap.profile == "poisson" and (result.search.reason != "bracketed" or result.search.ceiling is not None)
+    if result.search.reason == "untrusted":
+        assert result.points[-1].client_limited and not result.search.steps[-1].trusted
     # Little's law beside the rate: the mean in flight at capacity is rate x E2E
     capacity_point = result.points[cap.point_index]
     assert cap.concurrency == pytest.approx(capacity_point.req_s * capacity_point.e2e.mean, rel=0.25)
@@ -65,11 +69,14 @@ def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, 
     w = capacity_point.window
     assert w.verdict == "pass" and w.measured >= 100 and w.warmup_excluded > 0 and w.end_s - w.start_s >= 20
     assert capacity_point.num_requests == w.measured
-    ceiling = next(p for p in result.points if p.rate == result.search.ceiling)
-    # at the truth itself the data may not decide: the bracket then ends on an undecided load, said so
-    assert ceiling.window.verdict in ("fail", "saturated", "undecided")
-    if ceiling.window.verdict == "undecided":
-        assert result.search.ceiling in result.search.undecided and "undecided at" in result.summary()
+    if result.search.ceiling is not None:
+        assert result.search.ceiling > cap.load
+        ceiling = next(p for p in result.points if p.rate == result.search.ceiling and not p.client_limited)
+        # at the truth itself the data may not decide: the bracket then ends on an undecided load, said so
+        assert ceiling.window.verdict in ("fail", "saturated", "undecided")
+        if ceiling.window.verdict == "undecided":
+            assert result.search.ceiling in result.search.undecided
+            assert result.search.reason != "bracketed" or "undecided at" in result.summary()
     # every request of every point is kept (in what the store is given), window flags with it
     assert all(p.samples for p in stored) and not any(p.samples for p in result.points)
     rows = decode(stored[cap.point_index].samples)
