@@ -61,10 +61,6 @@ def split(results: list[RequestResult], warmup_s: float) -> tuple[list[RequestRe
     return window, len(warm), len(rest) - len(window)
 
 
-def _in_flight(results: list[RequestResult], t: float) -> int:
-    return sum(1 for r in results if r.start_s <= t and ((_end(r) or math.inf) > t))
-
-
 def figures(results: list[RequestResult], window: list[RequestResult]) -> dict[str, float | None]:
     """Rates and Little's L over the window's span, from every finished request's own times."""
     if len(window) < 2:
