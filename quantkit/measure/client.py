@@ -60,26 +60,40 @@ def run_loop(coro):
 
     Where the program has its own SIGINT/SIGTERM handler (quantkit's CLI raises KeyboardInterrupt
     from it), a signal that arrives while the loop runs cancels the coroutine, whose clean-up runs
-    as CancelledError, and the handler is called once the loop has stopped. Raised inside the
-    loop, the KeyboardInterrupt would land in whatever callback was running, where uvloop logs it
-    as a transport error and carries on (CI saw a Ctrl-C end as one failed request and exit 0)."""
+    as CancelledError, and the program's handler is called once the loop has stopped. Raised inside
+    the loop, the KeyboardInterrupt would land in whatever callback was running, where uvloop logs
+    it as a transport error and carries on (CI saw a Ctrl-C end as one failed request and exit 0).
+
+    The signal is caught by a plain Python handler set before the loop starts and put back after it
+    has closed, not by `loop.add_signal_handler`: that one hands the signal over through the loop's
+    self-pipe, and a signal that arrived while the coroutine's last stretch ran without yielding was
+    still in the pipe when the handler was removed, so nothing ever saw it (CI: a tune ran on to
+    exit 0 through a Ctrl-C)."""
     caught: list[int] = []
+    running: dict[str, Any] = {}
+
+    def on_signal(signum, frame) -> None:  # noqa: ARG001
+        caught.append(signum)
+        loop, task = running.get("loop"), running.get("task")
+        if loop is not None and task is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            handler = signal.getsignal(signum)
+            if callable(handler) and handler is not signal.default_int_handler:
+                previous[signum] = signal.signal(signum, on_signal)
 
     async def guarded():
-        loop, task = asyncio.get_running_loop(), asyncio.current_task()
-        handlers = {}
-        if threading.current_thread() is threading.main_thread():
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                previous = signal.getsignal(signum)
-                if callable(previous) and previous is not signal.default_int_handler:
-                    handlers[signum] = previous
-                    loop.add_signal_handler(signum, lambda s=signum: (caught.append(s), task.cancel()))
+        running.update(loop=asyncio.get_running_loop(), task=asyncio.current_task())
+        if caught:  # the signal came before the loop ran
+            coro.close()
+            raise asyncio.CancelledError
         try:
             return await coro
         finally:
-            for signum, previous in handlers.items():
-                loop.remove_signal_handler(signum)
-                signal.signal(signum, previous)
+            running.clear()
 
     try:
         import uvloop
@@ -88,13 +102,17 @@ def run_loop(coro):
     except ImportError:
         run = asyncio.run
     try:
-        result = run(guarded())
-    except asyncio.CancelledError:
-        if not caught:
-            raise
-        result = None
+        try:
+            result = run(guarded())
+        except asyncio.CancelledError:
+            if not caught:
+                raise
+            result = None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     if caught:
-        handler = signal.getsignal(caught[0])
+        handler = previous.get(caught[0])
         if callable(handler):
             handler(caught[0], None)
         raise KeyboardInterrupt

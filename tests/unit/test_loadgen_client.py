@@ -217,6 +217,55 @@ def test_a_signal_during_the_loop_cancels_it_then_reaches_the_programs_handler()
         signal.signal(signal.SIGINT, previous)
 
 
+@pytest.mark.parametrize("when", ["last stretch", "before the loop"])
+def test_a_signal_in_the_coroutines_last_stretch_is_not_lost(when):
+    """A signal that comes while the coroutine runs its last lines without yielding, or before the
+    loop has started, still reaches the program's handler once the loop is closed (CI saw a
+    Ctrl-C vanish there: the loop's self-pipe still held it when its handler was removed)."""
+    import os
+    import signal
+    import time
+
+    from quantkit.measure import client
+
+    seen = []
+
+    def handler(signum, frame):
+        seen.append(signum)
+        raise KeyboardInterrupt
+
+    async def work():
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.05)  # the last stretch: no await, so the loop cannot run in between
+        return "finished"
+
+    async def nothing():
+        return "finished"
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            if when == "last stretch":
+                client.run_loop(work())
+            else:
+                coro = nothing()
+                original = client.asyncio.get_running_loop
+
+                def signal_first():  # the signal lands as the loop starts, before the coroutine runs
+                    os.kill(os.getpid(), signal.SIGINT)
+                    return original()
+
+                client.asyncio.get_running_loop = signal_first
+                try:
+                    client.run_loop(coro)
+                finally:
+                    client.asyncio.get_running_loop = original
+        assert seen == [signal.SIGINT]
+        assert signal.getsignal(signal.SIGINT) is handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def _message(obj, damage=None) -> bytes:
     import io
 
