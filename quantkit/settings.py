@@ -26,6 +26,14 @@ def home() -> Path:
     return path
 
 
+def cache_dir() -> Path:
+    """What quantkit can ask again but would rather not (vLLM's architecture list, seconds of
+    importing vLLM per version): under the home unless QUANTKIT_CACHE_DIR shares one between homes
+    (the test suite points every fresh home at one)."""
+    value = os.environ.get("QUANTKIT_CACHE_DIR")
+    return Path(value).expanduser() if value else home() / "cache"
+
+
 def data_dir() -> Path | None:
     """Offline evaluation/calibration data (see ../shared/data/README.md); None means use the Hub."""
     value = os.environ.get("QUANTKIT_DATA_DIR")

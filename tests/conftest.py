@@ -18,6 +18,9 @@ def quantkit_home(tmp_path_factory) -> Path:
     home = tmp_path_factory.mktemp("quantkit-home")
     os.environ["QUANTKIT_HOME"] = str(home)
     os.environ["QUANTKIT_MODELS_DIR"] = str(home / "models-out")
+    # every fresh home a test makes shares one cache: vLLM's architecture list is asked once per
+    # session, not once per home (importing vLLM takes seconds on 2 cores)
+    os.environ["QUANTKIT_CACHE_DIR"] = str(tmp_path_factory.mktemp("quantkit-cache"))
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")

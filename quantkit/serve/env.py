@@ -82,13 +82,13 @@ def installed_vllm_version() -> str:
 
 def supported_architectures() -> set[str] | None:
     """The model architectures the vLLM environment serves, asked once per vLLM version (importing
-    vLLM takes seconds) and cached under the home; None when it cannot be asked (a `vllm`
+    vLLM takes seconds) and cached (settings.cache_dir()); None when it cannot be asked (a `vllm`
     executable rather than a python, or a failing environment: vLLM itself will then say)."""
     python = settings.backend_python("vllm")
     if python is None or vllm_command()[0] != str(python) or len(vllm_command()) == 1:
         return None
     version = installed_vllm_version()
-    cache = settings.home() / "cache" / f"vllm-{version}-architectures.json"
+    cache = settings.cache_dir() / f"vllm-{version}-architectures.json"
     if cache.is_file():
         try:
             return set(json.loads(cache.read_text()))
@@ -104,8 +104,10 @@ def supported_architectures() -> set[str] | None:
         names = json.loads(proc.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         return None
+    from ..files import atomic_write_text
+
     cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps(names))
+    atomic_write_text(cache, json.dumps(names))  # homes that share a cache may ask at once
     return set(names)
 
 
