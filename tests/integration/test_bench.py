@@ -1,14 +1,16 @@
 """Real vLLM-CPU: server lifecycle, load points, teardown, Ctrl-C, bad input.
 
-One module-scoped bf16 server (eager: ready in ~30-40 s) serves most tests; every other server
-start costs CI time, so only the quantized checkpoint and the Ctrl-C test start their own. The
-server-death test kills the shared server and therefore runs last in this file.
+The session's shared bf16 server (tests/integration/conftest.py: eager, ready in ~30-40 s) serves
+most tests; every other server start costs CI time, so only the quantized checkpoint and the Ctrl-C
+test start their own. The server-death test kills the shared server and therefore runs after every
+other test of the session (marker kills_shared_server).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.idle import wait_busy
 
 from quantkit.measure.bench import bench, run_bench
 from quantkit.serve.config import ServeConfig
@@ -39,12 +42,9 @@ def group_gone(pgid: int) -> bool:
     return False
 
 
-@pytest.fixture(scope="module")
-def server(smollm2_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm-logs") / "bf16.log"
-    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=log) as srv:
-        yield srv
-    assert group_gone(srv.pgid), "the server's process group outlived the context manager"
+@pytest.fixture
+def server(shared_server):
+    return shared_server
 
 
 def test_server_reports_what_it_runs(server, smollm2_dir):
@@ -107,13 +107,9 @@ def test_unreachable_url_is_one_line(smollm2_dir, tmp_path):
     assert len(lines) == 1 and "cannot reach http://127.0.0.1:9/v1/models" in lines[0]
 
 
-def test_quantized_checkpoint_serves_and_tears_down(smollm2_dir, tmp_path):
-    from quantkit.quantize import convert
-
-    qdir = tmp_path / "smollm2-w4a16"
+def test_quantized_checkpoint_serves_and_tears_down(rtn_checkpoint, tmp_path):
     # w4a16-rtn: data-free and loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32)
-    convert(str(smollm2_dir), "w4a16-rtn", qdir)
-    run = bench(qdir, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
+    run = bench(rtn_checkpoint, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
                 config=ServeConfig(enforce_eager=True), warmup_requests=1, out_dir=tmp_path / "res")
     assert run.complete and run.checkpoint["method"] == "w4a16-rtn"
     assert any("WNA16" in line or "Kernel" in line for line in run.server.quant_lines), run.server.quant_lines
@@ -165,6 +161,7 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+@pytest.mark.slow  # test_interrupts' own-server Ctrl-C trial proves the same in make test
 def test_ctrl_c_mid_bench_leaves_no_process(smollm2_dir, tmp_path):
     err = tmp_path / "stderr.txt"
     with err.open("w") as f:
@@ -185,7 +182,8 @@ def test_ctrl_c_mid_bench_leaves_no_process(smollm2_dir, tmp_path):
         assert "point concurrency 2" in err.read_text(), err.read_text()
         server_pids = _children(proc.pid)
         assert server_pids, "quantkit bench has no server child"
-        time.sleep(2)  # requests in flight
+        url = re.search(r"starting vLLM on (http://\S+)", err.read_text()).group(1)
+        wait_busy(url, lambda: proc.poll() is None)  # requests in flight
         proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=120)
     finally:
@@ -198,8 +196,9 @@ def test_ctrl_c_mid_bench_leaves_no_process(smollm2_dir, tmp_path):
     assert record["complete"] is False  # the unfinished point is not reported as done
 
 
+@pytest.mark.kills_shared_server
 def test_server_death_mid_point_keeps_partial_point(server, smollm2_dir, tmp_path):
-    """Runs last: it kills the shared server (as the OOM killer would) in the middle of a point."""
+    """Runs last of the session: it kills the shared server (as the OOM killer would) in the middle of a point."""
     killer = threading.Timer(6.0, os.killpg, (server.pgid, signal.SIGKILL))
     killer.start()
     try:

