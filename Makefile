@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE ?= 1
 # first: quantkit setup --backend NAME). docs/BACKENDS.md has what each costs.
 TEST_BACKENDS ?= gptqmodel,autoawq,optimum,auto-gptq
 
-.PHONY: setup demo test test-unit test-backends
+.PHONY: setup demo test test-slow test-unit test-backends
 
 setup:
 	scripts/setup.sh
@@ -17,9 +17,15 @@ setup:
 demo: setup
 	.venv/bin/quantkit demo
 
-# the backend tests need environments of their own (minutes each): `make test-backends` runs them
+# `make test`: every capability once against its real component (~20 min on 2 cores once the
+# environments are built). `make test-slow`: the repeats and wider matrices (marker `slow`).
+# The backend tests need environments of their own (minutes each): `make test-backends` runs them.
+PYTEST_ARGS ?=
 test: setup
-	.venv/bin/python -m pytest -ra --durations=30 tests --ignore=tests/integration/test_backends.py
+	.venv/bin/python -m pytest -ra --durations=30 -m "not slow" tests --ignore=tests/integration/test_backends.py $(PYTEST_ARGS)
+
+test-slow: setup
+	.venv/bin/python -m pytest -ra --durations=30 -m slow tests --ignore=tests/integration/test_backends.py $(PYTEST_ARGS)
 
 test-unit: setup
 	.venv/bin/python -m pytest -ra tests/unit

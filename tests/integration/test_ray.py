@@ -276,6 +276,7 @@ def test_ctrl_c_stops_every_lane_and_server(cluster, tiny_llama_dir, tmp_path):
         [(r["variant"], r["kind"], r["status"], r["error"]) for r in records]
 
 
+@pytest.mark.slow  # make test: the matrix across two nodes and Ctrl-C across them
 def test_lost_node_fails_its_variant_and_a_rerun_completes_it(cluster, tiny_llama_dir, tmp_path):
     home = tmp_path / "home"
     recipe = write_recipe(tmp_path / "tiny.yaml", tiny_llama_dir)

@@ -56,6 +56,7 @@ def descendants_gone(pids: list[int], timeout: float = 60) -> bool:
     return False
 
 
+@pytest.mark.slow  # make test: the tuner in a run recipe (below); a run's resume in test_pipeline
 def test_tune_resumes_after_sigint(tiny_llama_dir, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
