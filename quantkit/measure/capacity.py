@@ -42,6 +42,7 @@ from .point import BenchPoint, RequestResult, percentile
 from .search import CapacitySearch, Verdict, search_capacity
 from .slo import Slo
 from . import profiles
+from .confidence import requests_needed
 from .window import WindowSettings, WindowStop
 from .workload import PromptSource, poisson_schedule
 
@@ -274,16 +275,19 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     index = itertools.count()
     prefix = f"{label}: " if label else ""
 
+    needed = requests_needed(slo, window.confidence)
+
     def measure(load: float) -> Verdict:
-        plan = profile.plan(load, settings, window, request_s)
+        plan = profile.plan(load, settings, window, request_s, needed)
         number = next(index)
         what = profile.label(load)
-        size = f"{plan.requests} requests" if not profile.steady else (
-            f"window {window.min_s:g}-{window.max_s:g} s after a {window.warmup_s:g} s warm-up")
+        size = f"{plan.requests} requests" if plan.window is None else (
+            f"window {plan.window.min_s:g}-{plan.window.max_s:g} s after a {plan.window.warmup_s:g} s warm-up"
+            + (f" (stretched: a pass needs {needed} requests)" if plan.window.max_s > window.max_s else ""))
         info(f"{prefix}capacity point {number + 1}: {what}, {size}")
-        if profile.steady:  # an open loop's stop rule counts the sends from the same schedule
+        if plan.window is not None:  # an open loop's stop rule counts the sends from the same schedule
             offsets = poisson_schedule(plan.requests, plan.rate, settings.seed + number) if plan.rate else None
-            stop = lambda monitor: WindowStop(slo, window, offsets)  # noqa: E731
+            stop = lambda monitor, w=plan.window: WindowStop(slo, w, offsets)  # noqa: E731
         else:
             stop = (lambda monitor: EarlyStop(slo, plan.requests, settings.output_len, monitor, "concurrency")) \
                 if settings.early_stop else None

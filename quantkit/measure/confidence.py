@@ -173,3 +173,14 @@ def requests_to_pass(quantile: float, confidence: float = DEFAULT_CONFIDENCE, ov
     while share_bounds(over, n, confidence)[1] > 1 - quantile:
         n += 1
     return n
+
+
+def requests_needed(slo: "Slo", confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """Requests a window must hold before a pass can be decided at all: the strictest percentile
+    (or attainment) bound's `requests_to_pass` with no request over it (59 for a p95 at 95%, 299
+    for a p99), and 30 for mean bounds alone. A point too short for it can only be undecided."""
+    shares = [float(t.stat[1:]) / 100.0 for t in slo.terms if t.stat != "mean"]
+    if slo.attainment is not None:
+        shares.append(slo.attainment)
+    return max([30] + [requests_to_pass(q, confidence) for q in shares])
+

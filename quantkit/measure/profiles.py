@@ -40,6 +40,10 @@ MAX_PROMPTS = 50_000  # prompts one point may prepare (a closed loop's need is e
 # can spend), short enough on 2 CPU cores that the demo's three searches stay within minutes.
 GPU_WINDOW = WindowSettings(warmup_s=10.0, min_s=30.0, max_s=90.0, min_requests=200)
 CPU_WINDOW = WindowSettings(warmup_s=4.0, min_s=15.0, max_s=45.0, min_requests=50)
+# A low load sends few requests in `max_s`: its window may stretch (up to this many times max_s)
+# until it can hold the requests a pass needs, with this margin for requests over the bound
+STRETCH_MAX = 4.0
+STRETCH_MARGIN = 1.5
 
 
 @dataclass(frozen=True)
@@ -62,12 +66,18 @@ class Profile:
     def label(self, load: float) -> str:
         return self.unit.format(load=f"{load:g}")
 
-    def plan(self, load: float, settings: Sizing, window: WindowSettings, request_s: float) -> PointPlan:
-        """The point at `load`; `request_s` is one request's duration on the idle server (warm-up)."""
+    def plan(self, load: float, settings: Sizing, window: WindowSettings, request_s: float,
+             needed: int = 0) -> PointPlan:
+        """The point at `load`; `request_s` is one request's duration on the idle server (warm-up);
+        `needed`, the requests a pass needs (confidence.requests_needed): a window too short to
+        hold them at this load is stretched, as far as STRETCH_MAX x its cap."""
         if not self.steady:  # burst: waves of `load` prompts
             n = max(settings.min_requests, math.ceil(settings.waves * load))
             n = min(n, settings.max_requests) if settings.max_requests else n
             return PointPlan(n, int(load), None, 0.0, None)
+        # requests per second the point sends: its rate, or C streams of (at least) idle requests
+        per_s = float(load) if self.axis == "rate" else int(load) / max(request_s, 1e-3)
+        window = stretched(window, needed, per_s)
         horizon = window.warmup_s + window.max_s + max(window.max_s / 3, 1.5 * request_s) + 2.0
         if self.axis == "rate":
             n = math.ceil(load * horizon) + 8
@@ -87,6 +97,14 @@ PROFILES: dict[str, Profile] = {
     "burst": Profile("burst", "concurrency", False, "c={load} (burst)",
                      "waves of C prompts sent at once: a prefill burst, not a steady state"),
 }
+
+
+def stretched(window: WindowSettings, needed: int, per_s: float) -> WindowSettings:
+    """`window`, its cap raised so that `needed` requests (with a margin) fit in it at `per_s`."""
+    span = STRETCH_MARGIN * needed / max(per_s, 1e-9)
+    if span <= window.max_s:
+        return window
+    return window.model_copy(update={"max_s": round(min(span, STRETCH_MAX * window.max_s), 1)})
 
 
 def get(name: str) -> Profile:

@@ -133,3 +133,20 @@ def test_recovery_against_a_baseline_run_and_gate_exit_code(loglikelihood_run, s
     (row,) = report["tasks"]
     assert row["recovery"] == pytest.approx(1.0) and row["method"] == "paired delta" and row["n_items"] == LL_LIMIT
     assert row["recovery_stderr"] == 0 and row["independent_stderr"] > 0
+
+
+def test_a_server_that_wants_a_key_gets_it_from_lm_eval_too(server, smollm2_dir, tmp_path, monkeypatch):
+    """`--url` with QUANTKIT_API_KEY: quantkit's own checks and every lm-eval request carry the key
+    (lm-eval's local-completions reads only OPENAI_API_KEY), and no file written holds it."""
+    from fixtures.keyed_proxy import KeyedProxy
+
+    key = "k3y-for-lm-eval"
+    monkeypatch.setenv("QUANTKIT_API_KEY", key)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with KeyedProxy(server.url, key) as proxy:
+        data = _eval_cli([str(smollm2_dir), "--tasks", LL_TASK, "--limit", "4", "--url", proxy.url, "-o", str(tmp_path)])
+    assert proxy.refused == 0 and proxy.forwarded >= 4, (proxy.refused, proxy.forwarded)
+    assert data["run"]["tasks"][0]["n_samples"] == 4
+    assert "OPENAI_API_KEY" not in __import__("os").environ  # put back as it was
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert written and not [p for p in written if key in p.read_text(errors="replace")]

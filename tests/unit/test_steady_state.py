@@ -176,3 +176,26 @@ def test_the_steady_state_bound_names_the_decode_batch_or_the_prefill():
     assert tpot.kind == "compute" and tpot.knob == DECODE_KNOB and "decode batch" in tpot.evidence
     ttft = classify({"server_metrics": sm, "window": {"reasons": ["ttft_p95 0.8s vs 0.5s: fail"]}})
     assert ttft.knob == PREFILL_KNOB
+
+
+def test_a_low_load_window_stretches_until_a_pass_can_be_decided():
+    """At 1.8 req/s a 25 s window holds ~45 requests, fewer than the 59 a p95 pass needs at 95%:
+    such a point could only ever be undecided (the demo's gptq search ended "not met" that way)."""
+    from quantkit.measure.confidence import requests_needed
+
+    assert requests_needed(parse_slo("ttft_p95=2,tpot_p95=150ms")) == requests_to_pass(0.95) == 59
+    assert requests_needed(parse_slo("ttft_p99=2,tpot_mean=150ms")) == requests_to_pass(0.99)
+    assert requests_needed(parse_slo("ttft_mean=2")) == 30
+    settings = CapacitySettings(output_len=64)
+    window = WindowSettings(warmup_s=3, min_s=10, max_s=25, min_requests=40)
+    poisson = profiles.get("poisson")
+    low = poisson.plan(1.8, settings, window, request_s=1.0, needed=59)
+    assert low.window.max_s == pytest.approx(1.5 * 59 / 1.8, abs=0.1) and low.window.min_s == 10
+    assert low.requests >= 1.8 * (low.window.warmup_s + low.window.max_s)  # prompts for the whole stretch
+    high = poisson.plan(10, settings, window, request_s=1.0, needed=59)
+    assert high.window == window  # 250 requests fit: nothing changes
+    tiny = poisson.plan(0.1, settings, window, request_s=1.0, needed=59)
+    assert tiny.window.max_s == profiles.STRETCH_MAX * window.max_s  # never more than 4 x the cap
+    closed = profiles.get("concurrency").plan(1, settings, window, request_s=0.8, needed=59)
+    assert closed.window.max_s == pytest.approx(1.5 * 59 * 0.8, abs=0.1)  # one stream: a request per 0.8 s
+    assert profiles.get("burst").plan(4, settings, window, request_s=1.0, needed=59).window is None
