@@ -158,6 +158,17 @@ def _client_stats(reports: list[WorkerReport], duration: float, tokens: int, raw
     )
 
 
+def _alive_after_a_moment(alive: Callable[[], bool], wait_s: float = 1.0) -> bool:
+    """A server killed a moment ago refuses connections at once, before its process is reaped and
+    `alive()` can say so: failed requests at the end of a point get that moment to tell."""
+    deadline = time.monotonic() + wait_s
+    while alive():
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 async def _in_process(job: Job, alive, stop_when: Stop | None = None,
                       reason: list[str] | None = None) -> tuple[list[WorkerReport], float]:
     """One worker on this process's event loop (low loads: no process to start). The server's
@@ -362,7 +373,7 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
     raws = sorted((r for rep in reports for r in rep.raws if r.error != STOPPED), key=lambda r: r.index)
     results = [to_result(r, t0, output_len) for r in raws]
     dead = any(r.error == SERVER_DIED for r in results)
-    if not dead and alive is not None and any(not r.ok for r in results) and not alive():
+    if not dead and alive is not None and any(not r.ok for r in results) and not _alive_after_a_moment(alive):
         dead = True
     tokens = sum(r.completion_tokens or 0 for r in results if r.ok)
     measured, summary = results, None

@@ -159,6 +159,12 @@ class VLLMServer:
     def exit_reason(self) -> str:
         """Why the server stopped: exit code and vLLM's last error line."""
         code = self.proc.poll() if self.proc else None
+        if code is not None and code < 0:  # a signal: its log says nothing of it, what killed it did
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"exit code {code} (killed by {name}); its log's last error: {failure_reason(self._read_log())}"
         return f"exit code {code}: {failure_reason(self._read_log())}"
 
     # -- lifecycle

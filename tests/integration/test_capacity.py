@@ -103,7 +103,8 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
         assert sm["running"]["max"] <= min(load, SLOTS)  # never more running than slots or streams
         assert sm["deltas"]["generation_tokens"] >= 1 and sm["steps"] >= 1
     low, high = by_load[min(by_load)], by_load[max(by_load)]
-    assert high["kv_usage"]["max"] >= low["kv_usage"]["max"] > 0  # more streams hold more KV cache
+    # more streams hold more KV cache (a 2-s point at c=1 can fall between its 3 readings: 0 there)
+    assert high["kv_usage"]["max"] >= low["kv_usage"]["max"] and high["kv_usage"]["max"] > 0
     if max(by_load) > SLOTS:
         assert high["waiting"]["max"] >= 1  # 8 streams on 4 slots queue
     from quantkit.measure.bounds import classify

@@ -93,6 +93,9 @@ def test_burst_is_labelled_and_measures_the_prefill_burst(spec, tmp_path):
     steady = sim.truth_concurrency(spec, INPUT, OUTPUT, 0.5, 0.025, ramp_s=sim.request_s(spec, INPUT, OUTPUT))
     assert truth < 0.85 * steady  # the fixture tells a burst from a steady state
     result = search(spec, tmp_path, "burst")
+    if result.search.reason == "untrusted":  # 2 shared cores kept the client waiting: said, so once more
+        assert result.points[-1].client_limited
+        result = search(spec, tmp_path, "burst")
     assert result.capacity is not None and result.capacity.profile == "burst"
     assert abs(result.capacity.load - truth) <= 0.1 * truth, f"{result.summary()} against a burst truth of {truth}"
     assert "(burst)" in result.summary()

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.idle import wait_busy
+from fixtures.idle import served, wait_busy, wait_served
 
 
 pytestmark = pytest.mark.integration
@@ -186,11 +186,13 @@ def test_signal_mid_point_with_its_own_server(smollm2_dir, tmp_path, sig):
                          ids=["int-1", "int-2", "term", "kill"])
 def test_signal_mid_eval(shared, smollm2_dir, tmp_path, sig):
     log = tmp_path / "stderr.txt"
+    before = served(shared.url)
     proc = start(["eval", smollm2_dir, "--url", shared.url, "--tasks", "arc_easy", "--limit", "60",
                   "-o", tmp_path / "eval"], tmp_path, log)
     try:
         wait_for(log, "evaluating arc_easy", proc)
-        wait_busy(shared.url, lambda: proc.poll() is None)  # lm-eval's requests in flight
+        # a quarter of lm-eval's 240 requests (60 items x 4 choices) served: mid-task
+        wait_served(shared.url, before, 60, lambda: proc.poll() is None)
         rc, _ = interrupt(proc, sig)
     finally:
         if proc.poll() is None:

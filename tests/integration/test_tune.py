@@ -170,7 +170,13 @@ def test_run_recipe_reports_the_recommended_deployment(tiny_llama_dir, tmp_path)
         assert "no trusted capacity" in decision["summary"]
     assert decision["recommended"]["cell"]["command"].startswith("vllm serve ")
     assert rows["rtn-prebuilt"]["method"] == "w4a16-rtn" and not rows["rtn-prebuilt"]["baseline"]
-    assert rows["baseline"]["capacity"] is not None and rows["rtn-prebuilt"]["capacity_tuned"] is not None
+    assert rows["baseline"]["capacity"] is not None
+    variant = rows["rtn-prebuilt"]
+    if variant["capacity"]["reason"] == "untrusted" and variant["capacity"]["load"] is None:
+        # 2 cores: the client starved at the variant's first point; its tuned cell then has no figure
+        assert variant["capacity"]["bound"] == "client" and variant["capacity_tuned"] is None
+    else:
+        assert variant["capacity_tuned"] is not None
     assert any(p["name"] == "recovery_vs_capacity" and p["drawn"] for p in data["plots"])
     # compare --json, given the recipe's gate, carries the same decision for CI pipelines
     with Store(home / "results.db") as store:

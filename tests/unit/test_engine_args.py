@@ -196,3 +196,14 @@ def test_a_commands_default_is_not_a_repeat():
     assert ServeConfig.from_options(["enforce_eager=false"], defaults=eager).enforce_eager is False
     assert ServeConfig.from_options(["enforce_eager=true"], defaults=eager).enforce_eager is True
     assert ServeConfig.from_options(enforce_eager=False, defaults=eager).enforce_eager is False
+
+
+def test_an_error_named_in_a_warning_is_not_the_failure():
+    """vLLM warns at start that a low ulimit "can cause ... OSError: [Errno 24]"; a server killed
+    later by SIGKILL was reported as dying of too many open files."""
+    log = ("(APIServer pid=7) WARNING 12-02 22:02:09 [system_utils.py:255] Found ulimit of 20000 and failed to "
+           "automatically increase with error current limit exceeds maximum limit. This can cause fd limit errors "
+           "like `OSError: [Errno 24] Too many open files`. Consider increasing with ulimit -n\n"
+           "(APIServer pid=7) INFO 12-02 22:02:40 [api_server.py:1] Application startup complete.\n")
+    assert "Too many open files" not in failure_reason(log)
+    assert failure_reason(log + "(APIServer pid=7) ERROR 12-02 22:03:00 [x.py:1] RuntimeError: boom\n") == "RuntimeError: boom"
