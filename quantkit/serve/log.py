@@ -45,7 +45,6 @@ def parse_log(text: str) -> dict[str, Any]:
     return out
 
 
-_ADVISORY = re.compile(r"^(\(\w+ pid=\d+\)\s+)?(INFO|WARNING|DEBUG)\s+\d\d-\d\d \d\d:\d\d:\d\d \[")
 _ERROR_LINE = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit)): (.+)$")
 # Wrappers vLLM raises after the real cause was logged above them.
 _GENERIC = re.compile(
@@ -72,12 +71,17 @@ def failure_hint(log_text: str, config: "ServeConfig") -> str:
     return ""
 
 
+def _advisory(line: str) -> bool:
+    prefix = _LOG_PREFIX.match(line)
+    return prefix is not None and prefix.group(2) != "ERROR"
+
+
 def failure_reason(log_text: str) -> str:
     """vLLM's reason for failing: the last specific `XxxError: message` line of its log, else the
     last ERROR line, else the last non-empty line."""
     # an error named inside vLLM's own INFO/WARNING line is advice, not the failure (its start-up
     # warns that a low ulimit "can cause ... OSError: [Errno 24] Too many open files")
-    lines = [_LOG_PREFIX.sub("", ln).strip() for ln in log_text.splitlines() if not _ADVISORY.match(ln)]
+    lines = [_LOG_PREFIX.sub("", ln).strip() for ln in log_text.splitlines() if not _advisory(ln)]
     lines = [ln for ln in lines if ln]
     for index in range(len(lines) - 1, -1, -1):
         m = _ERROR_LINE.search(lines[index])
