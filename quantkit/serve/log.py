@@ -81,8 +81,8 @@ def failure_reason(log_text: str) -> str:
     last ERROR line, else the last non-empty line."""
     # an error named inside vLLM's own INFO/WARNING line is advice, not the failure (its start-up
     # warns that a low ulimit "can cause ... OSError: [Errno 24] Too many open files")
-    lines = [_LOG_PREFIX.sub("", ln).strip() for ln in log_text.splitlines() if not _advisory(ln)]
-    lines = [ln for ln in lines if ln]
+    every = [body for ln in log_text.splitlines() if (body := _LOG_PREFIX.sub("", ln).strip())]
+    lines = [body for ln in log_text.splitlines() if not _advisory(ln) and (body := _LOG_PREFIX.sub("", ln).strip())]
     for index in range(len(lines) - 1, -1, -1):
         m = _ERROR_LINE.search(lines[index])
         if not m or _GENERIC.search(m.group(2)):
@@ -105,7 +105,8 @@ def failure_reason(log_text: str) -> str:
     for ln in reversed(log_text.splitlines()):
         if " ERROR " in ln or ln.startswith("ERROR"):
             return _clip(_LOG_PREFIX.sub("", ln).strip())
-    return _clip(lines[-1]) if lines else "no output"
+    # no error anywhere: the last line of any level (a start that hangs logs only INFO lines)
+    return _clip(every[-1]) if every else "no output"
 
 
 def _clip(text: str, limit: int = 500) -> str:

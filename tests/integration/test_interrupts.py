@@ -142,11 +142,13 @@ def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
                          ids=["int-1", "int-2", "int-3", "int-4", "term-1", "term-2", "kill"])
 def test_signal_mid_point_against_a_running_server(shared, smollm2_dir, tmp_path, sig):
     log = tmp_path / "stderr.txt"
-    proc = start(["bench", smollm2_dir, "--url", shared.url, "-c", "1,4", "-n", "8", "--output-len", "48",
+    # c=4 first (about 2 s), then c=1: its 8 requests one after another last 6 s or more, so the signal
+    # lands inside the second point (with c=1,4 the short c=4 point could end before the signal did)
+    proc = start(["bench", smollm2_dir, "--url", shared.url, "-c", "4,1", "-n", "8", "--output-len", "48",
                   "--input-len", "32", "--warmup", "0", "--results-dir", tmp_path], tmp_path, log)
     try:
-        wait_for(log, "point concurrency 4", proc)  # the first point is done and stored
-        wait_busy(shared.url, lambda: proc.poll() is None, at_least=2)  # the second point's requests in flight
+        wait_for(log, "point concurrency 1", proc)  # the first point is done and stored
+        wait_busy(shared.url, lambda: proc.poll() is None)  # the second point's request in flight
         rc, _ = interrupt(proc, sig)
     finally:
         if proc.poll() is None:
@@ -155,7 +157,7 @@ def test_signal_mid_point_against_a_running_server(shared, smollm2_dir, tmp_path
     assert shared.alive(), "interrupting the client must not hurt the server"
     (export,) = tmp_path.glob("bench-*.json")
     record = json.loads(export.read_text())  # whole and valid, whatever the signal
-    assert record["complete"] is False and [p["concurrency"] for p in record["points"]] == [1]
+    assert record["complete"] is False and [p["concurrency"] for p in record["points"]] == [4]
     if sig != signal.SIGKILL:
         assert record["error"] == "interrupted"
         last = log.read_text().strip().splitlines()[-1]

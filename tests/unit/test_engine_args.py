@@ -207,3 +207,11 @@ def test_an_error_named_in_a_warning_is_not_the_failure():
            "(APIServer pid=7) INFO 12-02 22:02:40 [api_server.py:1] Application startup complete.\n")
     assert "Too many open files" not in failure_reason(log)
     assert failure_reason(log + "(APIServer pid=7) ERROR 12-02 22:03:00 [x.py:1] RuntimeError: boom\n") == "RuntimeError: boom"
+
+
+def test_a_log_of_only_info_lines_gives_its_last_line():
+    """A start that hangs logs only INFO lines; the timeout's "last log line" said "no output"."""
+    log = ("INFO 01-01 00:00:00 [api_server.py:1] vLLM API server version 0.0.0\n"
+           "INFO 01-01 00:00:01 [loader.py:1] Loading safetensors checkpoint shards: 3% Completed\n\n")
+    assert failure_reason(log) == "Loading safetensors checkpoint shards: 3% Completed"
+    assert failure_reason("") == "no output"
