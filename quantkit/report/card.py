@@ -19,33 +19,22 @@ from ..serve.config import KNOBS, ServeConfig, args_of
 from ..store import Record, Store
 from ..evals.gates import GateVerdict
 from .gather import Evidence
-from .render import fmt_ci, fmt_pm
+from .render import fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str
 
+# The card's word for a measurement that is not stored (the report's tables print "—"); every
+# number is formatted by render.py's formatters, so the card and the report write them alike.
 MISSING = "missing"
 
-def _fmt(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return MISSING
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
 
-
-
-def _ms(stats: dict[str, Any] | None, key: str) -> str:
-    if not stats or stats.get(key) is None:
-        return MISSING
-    return f"{stats[key] * 1000:.1f}"
+def _quantiles(stats: dict[str, Any] | None, *keys: str) -> tuple[float | None, ...]:
+    """The named quantiles of a stored latency's stats, None where the record lacks them."""
+    return tuple((stats or {}).get(key) for key in keys)
 
 
 def _metric_name(key: str) -> str:
     """lm-eval's "name,filter" as a readable name: "acc_norm", "exact_match (strict-match)"."""
     name, _, filt = key.partition(",")
     return name if filt in ("", "none") else f"{name} ({filt})"
-
-
-def _size(n: int | None) -> str:
-    return MISSING if n is None else f"{n / 1e6:.1f} MB ({n} bytes)"
 
 
 def _bits(convert: dict[str, Any] | None) -> int | None:
@@ -275,8 +264,9 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
                 f"| ignored layers | {', '.join(recipe.get('ignore') or []) or 'none'} |",
                 f"| calibration | {calib_text} |",
                 f"| source | `{_source_name(convert)}` ({(convert.get('source') or {}).get('fingerprint') or 'fingerprint missing'}) |",
-                f"| quantized on | {hw.get('gpu') or hw.get('cpu') or MISSING} ({hw.get('cpu_count') or '?'} CPUs) in {_fmt(convert.get('wall_time_s'), 1)} s |",
-                f"| checkpoint size | {_size(convert.get('size_bytes'))} |", ""]
+                f"| quantized on | {hw.get('gpu') or hw.get('cpu') or MISSING} ({hw.get('cpu_count') or '?'} CPUs) "
+                f"in {fmt(convert.get('wall_time_s'), missing=MISSING)} s |",
+                f"| checkpoint size | {fmt_bytes(convert.get('size_bytes'), missing=MISSING)} |", ""]
         for note in convert.get("notes") or []:
             out.append(f"- {note}")
         if convert.get("notes"):
@@ -310,9 +300,10 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
             rec = fmt_ci(r["recovery"], r["recovery_low"], r["recovery_high"], missing=MISSING) if ev.variant != "baseline" else "n/a (baseline)"
             if ev.variant != "baseline" and r["recovery"] is not None and not str(r.get("method") or "").startswith("paired"):
                 rec += " (independent: no per-item scores stored)"
-            base_cell = _pm(r["baseline"], r["baseline_stderr"]) if ev.variant != "baseline" else "n/a"
-            out.append(f"| {r['task']} | {_metric_name(r['metric'])} | {_fmt(r['n_shot'])} | {items} | "
-                       f"{base_cell} | {_pm(r['quantized'], r['quantized_stderr'])} | {rec} |")
+            base_cell = fmt_pm(r["baseline"], r["baseline_stderr"], missing=MISSING) if ev.variant != "baseline" else "n/a"
+            quantized = fmt_pm(r["quantized"], r["quantized_stderr"], missing=MISSING)
+            out.append(f"| {r['task']} | {_metric_name(r['metric'])} | {fmt_str(r['n_shot'], missing=MISSING)} | "
+                       f"{items} | {base_cell} | {quantized} | {rec} |")
         out.append("")
         if ev.recovery:
             mean = _mean_row(ev.recovery)
@@ -363,13 +354,14 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
         out += ["", head, "|" + "---|" * (head.count("|") - 1)]
         for p in points:
             load = f"concurrency {p.get('concurrency')}" if p.get("profile") == "concurrency" else f"rate {p.get('rate')}/s"
-            cells = [load, f"{p.get('num_requests', MISSING)} ({p.get('failures', MISSING)})", _fmt(p.get("output_tok_s"), 1)]
+            cells = [load, f"{p.get('num_requests', MISSING)} ({p.get('failures', MISSING)})",
+                     fmt(p.get("output_tok_s"), missing=MISSING)]
             if base_points:
                 bp = base_points.get(_px(p))
-                cells.append(_fmt(bp.get("output_tok_s"), 1) if bp else MISSING)
-            cells += [f"{_ms(p.get('ttft'), 'p50')} / {_ms(p.get('ttft'), 'p95')}",
-                      f"{_ms(p.get('itl'), 'p50')} / {_ms(p.get('itl'), 'p95')}",
-                      _fmt((p.get("e2e") or {}).get("p50"), 2)]
+                cells.append(fmt(bp.get("output_tok_s"), missing=MISSING) if bp else MISSING)
+            cells += [fmt_ms(_quantiles(p.get("ttft"), "p50", "p95"), missing=MISSING),
+                      fmt_ms(_quantiles(p.get("itl"), "p50", "p95"), missing=MISSING),
+                      fmt((p.get("e2e") or {}).get("p50"), missing=MISSING)]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         operating = _operating_point(points, br)
@@ -433,7 +425,8 @@ def _protocol(ev: Evidence, rows: list[dict[str, Any]]) -> list[str]:
         data = r["data"]
         source = " ".join(str(x) for x in (data.get("source"), data.get("template")) if x) or MISSING
         limit = "all" if r["limit"] is None else r["limit"]
-        out.append(f"| {r['task']} | {_fmt(r['version'])} | {_fmt(r['n_shot'])} | {_fmt(r['n_samples'])} ({limit}) | "
+        out.append(f"| {r['task']} | {fmt_str(r['version'], missing=MISSING)} | "
+                   f"{fmt_str(r['n_shot'], missing=MISSING)} | {fmt_str(r['n_samples'], missing=MISSING)} ({limit}) | "
                    f"{'yes' if r['chat_template'] else 'no'} | {'yes' if r['add_bos_token'] else 'no'} | {source} |")
     out.append("")
     seeds = protocol.get("seeds") or {}
@@ -465,13 +458,10 @@ def _operating_point(points: list[dict[str, Any]], bench: dict[str, Any]) -> str
         why = "the highest load measured (no knee was searched)"
     load = (f"concurrency {chosen.get('concurrency')}" if chosen.get("profile") == "concurrency"
             else f"{chosen.get('rate')} requests/s")
-    return (f"Operating point ({why}): {load}, {_fmt(chosen.get('output_tok_s'), 1)} output tok/s, "
-            f"TTFT p95 {_ms(chosen.get('ttft'), 'p95')} ms, ITL p95 {_ms(chosen.get('itl'), 'p95')} ms.")
+    return (f"Operating point ({why}): {load}, {fmt(chosen.get('output_tok_s'), missing=MISSING)} output tok/s, "
+            f"TTFT p95 {fmt_ms(_quantiles(chosen.get('ttft'), 'p95'), missing=MISSING)} ms, "
+            f"ITL p95 {fmt_ms(_quantiles(chosen.get('itl'), 'p95'), missing=MISSING)} ms.")
 
 
 def _px(p: dict[str, Any]) -> tuple:
     return (p.get("profile"), p.get("concurrency"), p.get("rate"), p.get("input_len"), p.get("output_len"))
-
-
-def _pm(value: float | None, stderr: float | None, digits: int = 4) -> str:
-    return fmt_pm(value, stderr, digits, missing=MISSING)

