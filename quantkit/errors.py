@@ -7,6 +7,9 @@ a failed gate elsewhere in the same run takes precedence, 3).
 
 from __future__ import annotations
 
+import contextlib
+from typing import Iterator, Mapping
+
 
 class QuantkitError(Exception):
     """An error whose message is a complete, one-line explanation for the user."""
@@ -61,3 +64,26 @@ def did_you_mean(word: str, choices: list[str]) -> str:
     if close:
         return f"did you mean '{close[0]}'? (choices: {listing})"
     return f"choices: {listing}"
+
+
+@contextlib.contextmanager
+def validation_as_usage_error(what: str, option_of: Mapping[str, str] | None = None) -> Iterator[None]:
+    """Settings built from command-line values: a pydantic ValidationError raised inside becomes
+    one UsageError line about its first problem, `bad OPTION: PROBLEM` where `option_of` maps the
+    field to the option that sets it (the user typed the option, not the field), else
+    `bad WHAT FIELD: PROBLEM`. A recipe file's errors point at file:line instead (recipe._explain)."""
+    try:
+        yield
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError, as a validator's own is
+        raise UsageError(_first_problem(exc, what, option_of or {})) from None
+
+
+def _first_problem(exc: ValueError, what: str, option_of: Mapping[str, str]) -> str:
+    errors = exc.errors() if callable(getattr(exc, "errors", None)) else []
+    if not errors:  # a plain ValueError: its own text, on one line
+        return f"bad {what}: {' '.join(str(exc).split())}"
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ())]
+    option = option_of.get(loc[0]) if loc else None
+    where = " ".join([option, *loc[1:]]) if option else " ".join([what, ".".join(loc)]).rstrip()
+    return f"bad {where}: {first.get('msg', exc)}"

@@ -9,9 +9,12 @@ import typer
 from rich.table import Table
 
 from ..console import emit, run_command, stdout
-from ..errors import QuantkitError, UsageError
+from ..errors import QuantkitError, UsageError, validation_as_usage_error
 from . import app
 from .options import Json, Quiet, ServingOptions, mode, serving_options
+
+# Gates field -> the option that sets it (eval's and push's flags alike)
+GATE_OPTION_OF_FIELD = {"min_recovery": "--min-recovery", "min_task_recovery": "--min-task-recovery", "tasks": "--gate"}
 
 
 def parse_gates(min_recovery: float | None, min_task_recovery: float | None, gate: list[str]):
@@ -28,10 +31,8 @@ def parse_gates(min_recovery: float | None, min_task_recovery: float | None, gat
             raise UsageError(f"--gate expects TASK=MIN_RECOVERY (e.g. gsm8k=0.9), got '{item}'")
     if min_recovery is None and min_task_recovery is None and not per_task:
         return None
-    try:
+    with validation_as_usage_error("gate", GATE_OPTION_OF_FIELD):
         return Gates(min_recovery=min_recovery, min_task_recovery=min_task_recovery, tasks=per_task)
-    except ValueError as exc:
-        raise UsageError(f"bad gate: {exc.errors()[0]['msg'] if hasattr(exc, 'errors') else exc}") from None
 
 
 @app.command("eval")

@@ -12,7 +12,13 @@ from rich.table import Table
 from ..console import run_command, stderr, stdout
 from ..models import local_folder
 from . import app
+from .capacity_options import (CAPACITY_DEFAULTS, OPTION_OF_FIELD, CapacityMax, CapacityProfile, CapacityStart,
+                               Confidence, InputLen, OutputLen, Tolerance, Waves, WindowMax, WindowMin, WindowWarmup,
+                               num_prompts_option)
 from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, positive_list, serving_options
+
+BenchNumPrompts = num_prompts_option("Requests per point (default 4 x concurrency, min 8); caps a --capacity point.")
+TuneNumPrompts = num_prompts_option("At most this many requests per point.")
 
 @app.command()
 @serving_options
@@ -59,9 +65,9 @@ def bench(
     rate: Optional[str] = typer.Option(None, "--rate", help="Comma-separated Poisson request rates (req/s)."),
     sweep: bool = typer.Option(False, "--sweep", help="Find the knee: the concurrency past which throughput stops paying."),
     sweep_max: int = typer.Option(128, "--sweep-max", min=1, help="Highest concurrency a --sweep may try."),
-    input_len: int = typer.Option(128, "--input-len", min=1, help="Prompt tokens (exact)."),
-    output_len: int = typer.Option(64, "--output-len", min=1, help="Generated tokens per request (exact: ignore_eos)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", min=1, help="Requests per point (default 4 x concurrency, min 8)."),
+    input_len: InputLen = CAPACITY_DEFAULTS.input_len,
+    output_len: OutputLen = CAPACITY_DEFAULTS.output_len,
+    num_prompts: BenchNumPrompts = None,
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="JSONL file of prompts (field prompt/text/messages) instead of random ones."),
     api: str = typer.Option("completions", "--api", help="completions or chat."),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05 (seconds; ms suffix allowed)."),
@@ -69,15 +75,15 @@ def bench(
     warmup: int = typer.Option(2, "--warmup", min=0, help="Warm-up requests before measuring (excluded)."),
     client_workers: Optional[int] = typer.Option(None, "--client-workers", min=1, help="Load-generator worker processes (default: automatic, one per 256 streams, more when a point saturates the client)."),
     capacity: bool = typer.Option(False, "--capacity", help="Search the highest load that meets --slo (capacity under the SLO) instead of fixed points."),
-    capacity_profile: str = typer.Option("poisson", "--capacity-profile", help="Load of --capacity: poisson (open-loop arrivals, req/s; default), concurrency (C staggered streams) or burst (waves of C prompts at once: a prefill burst, not a steady state)."),
-    window_min: Optional[float] = typer.Option(None, "--window-min", min=0.1, help="--capacity: shortest measured window of a point, seconds (default 30 on GPUs, 15 on CPUs)."),
-    window_max: Optional[float] = typer.Option(None, "--window-max", min=0.1, help="--capacity: longest window; a point still undecided then is reported undecided (default 90 / 45)."),
-    window_warmup: Optional[float] = typer.Option(None, "--window-warmup", min=0, help="--capacity: seconds of each point left out as warm-up (at least 1.5 request durations; default 10 / 4)."),
-    confidence: Optional[float] = typer.Option(None, "--confidence", min=0.51, max=0.999, help="--capacity: confidence of a point's pass or fail verdict (default 0.95)."),
-    tolerance: float = typer.Option(0.10, "--tolerance", min=0.01, max=1.0, help="--capacity brackets the capacity to this share (0.1 = 10%)."),
-    capacity_start: float = typer.Option(1, "--capacity-start", min=0.001, help="Lowest load --capacity tries."),
-    capacity_max: float = typer.Option(1024, "--capacity-max", min=0.001, help="Highest load --capacity tries."),
-    waves: float = typer.Option(3.0, "--waves", min=0.1, help="--capacity: requests per concurrency point = waves x concurrency (min 16; -n caps it)."),
+    capacity_profile: CapacityProfile = CAPACITY_DEFAULTS.profile,
+    window_min: WindowMin = None,
+    window_max: WindowMax = None,
+    window_warmup: WindowWarmup = None,
+    confidence: Confidence = None,
+    tolerance: Tolerance = CAPACITY_DEFAULTS.tolerance,
+    capacity_start: CapacityStart = CAPACITY_DEFAULTS.start,
+    capacity_max: CapacityMax = CAPACITY_DEFAULTS.max,
+    waves: Waves = CAPACITY_DEFAULTS.waves,
     url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
     port: Port = None,
@@ -116,30 +122,28 @@ def bench(
 
 def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, window, input_len, output_len,
               max_requests, seed, warmup, progress, extra, **server):
-    from ..errors import UsageError
+    from ..errors import UsageError, validation_as_usage_error
     from ..measure import profiles
     from ..measure.capacity import CapacitySettings, capacity
     from ..measure.gpu import open_gpus
 
     if any(extra):
         raise UsageError("--capacity chooses its own loads: leave out --concurrency, --rate, --sweep and --dataset")
-    if profiles.ALIASES.get(profile, profile) not in profiles.PROFILES:
-        raise UsageError(f"--capacity-profile must be one of {', '.join(profiles.PROFILES)}, not '{profile}'")
-    try:
-        given = {k: v for k, v in window.items() if v is not None}
+    given = {k: v for k, v in window.items() if v is not None}
+    on_gpu = False
+    if given:  # the window options given go over this machine's defaults
+        gpus = None if server.get("url") else open_gpus()
+        if gpus is not None:
+            gpus.close()
+        on_gpu = gpus is not None
+    with validation_as_usage_error("capacity option", OPTION_OF_FIELD):
         chosen = None
-        if given:  # the machine's defaults, with what was given over them
-            gpus = None if server.get("url") else open_gpus()
-            if gpus is not None:
-                gpus.close()
-            chosen = profiles.default_window(gpu=gpus is not None).model_copy(update=given)
-            chosen = type(chosen).model_validate(chosen.model_dump())
+        if given:
+            chosen = profiles.default_window(gpu=on_gpu).model_copy(update=given)
+            chosen = type(chosen).model_validate(chosen.model_dump())  # model_copy does not validate
         settings = CapacitySettings(profile=profile, tolerance=tolerance, start=start, max=maximum, waves=waves,
                                     input_len=input_len, output_len=output_len, max_requests=max_requests, seed=seed,
                                     warmup=warmup, window=chosen)
-    except ValueError as exc:
-        first = exc.errors()[0] if hasattr(exc, "errors") else {}
-        raise UsageError(f"bad capacity option {'.'.join(map(str, first.get('loc', ())))}: {first.get('msg', exc)}") from None
     return capacity(model_dir, slo, settings, on_point=_progress if progress else None, **server)
 
 
@@ -247,21 +251,21 @@ def tune(
     knobs: Optional[str] = typer.Option(None, "--knobs", help="Only these knobs, comma-separated (e.g. max-num-seqs,max-num-batched-tokens)."),
     sampler: str = typer.Option("tpe", "--sampler", help="Optuna sampler: tpe, random or grid."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop trials whose cheap probe is below the median (Optuna's MedianPruner)."),
-    capacity_profile: str = typer.Option("poisson", "--capacity-profile", help="Load: poisson (default), concurrency or burst (see bench --capacity)."),
-    tolerance: float = typer.Option(0.10, "--tolerance", help="Capacity bracketed to this share."),
-    capacity_start: float = typer.Option(1, "--capacity-start", help="Lowest load tried."),
-    capacity_max: float = typer.Option(1024, "--capacity-max", help="Highest load tried."),
-    waves: float = typer.Option(3.0, "--waves", help="Requests per concurrency point = waves x concurrency (min 16)."),
-    input_len: int = typer.Option(128, "--input-len", min=1, help="Prompt tokens (exact)."),
-    output_len: int = typer.Option(64, "--output-len", min=1, help="Generated tokens per request (exact)."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", "-n", min=1, help="At most this many requests per point."),
+    capacity_profile: CapacityProfile = CAPACITY_DEFAULTS.profile,
+    tolerance: Tolerance = CAPACITY_DEFAULTS.tolerance,
+    capacity_start: CapacityStart = CAPACITY_DEFAULTS.start,
+    capacity_max: CapacityMax = CAPACITY_DEFAULTS.max,
+    waves: Waves = CAPACITY_DEFAULTS.waves,
+    input_len: InputLen = CAPACITY_DEFAULTS.input_len,
+    output_len: OutputLen = CAPACITY_DEFAULTS.output_len,
+    num_prompts: TuneNumPrompts = None,
     seed: int = typer.Option(0, "--seed", help="Seed for prompts and the sampler."),
     startup_timeout: StartupTimeout = 600.0,
     json: Json = False, quiet: Quiet = False,
     serve: ServingOptions = None,
 ) -> None:
     """Search vLLM's serving knobs (Optuna, one server per trial) for the highest capacity under the SLO."""
-    from ..errors import UsageError
+    from ..errors import UsageError, validation_as_usage_error
     from ..measure.capacity import CapacitySettings
     from ..measure.slo import parse_slo
     from ..measure.tune import TuneSettings, parse_space, tune as do_tune
@@ -271,15 +275,12 @@ def tune(
         model_dir = local_folder(model_dir)
         if sampler not in ("tpe", "random", "grid"):
             raise UsageError(f"--sampler must be tpe, random or grid, not '{sampler}'")
-        try:
+        with validation_as_usage_error("tune option", OPTION_OF_FIELD):
             settings = TuneSettings(budget=budget, space=parse_space(space or []), sampler=sampler, prune=prune,
                                     seed=seed, knobs=[k for k in knobs.split(",") if k.strip()] if knobs else None)
             capacity = CapacitySettings(profile=capacity_profile, tolerance=tolerance, start=capacity_start,
                                         max=capacity_max, waves=waves, input_len=input_len, output_len=output_len,
                                         max_requests=num_prompts, seed=seed)
-        except ValueError as exc:
-            first = exc.errors()[0] if hasattr(exc, "errors") else {}
-            raise UsageError(f"bad tune option {'.'.join(map(str, first.get('loc', ())))}: {first.get('msg', exc)}") from None
         return do_tune(model_dir, slo=parse_slo(slo), base=serve.config(), settings=settings, capacity=capacity,
                        startup_timeout=startup_timeout, on_trial=None if json or quiet else _trial_progress)
 
