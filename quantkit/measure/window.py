@@ -97,6 +97,9 @@ def growth(series: list[tuple[float, float]]) -> tuple[float, float] | None:
     return late - early, sum(n for _, n in series) / len(series)
 
 
+SATURATED = "saturated: "  # how saturation's evidence begins, in a verdict and in a stop rule's reason
+
+
 def saturation(series: list[tuple[float, float]], arrivals: int, span_s: float) -> tuple[str | None, float | None]:
     """Arrivals outpace completions: requests in flight grow through the span by more than 10% of
     its arrivals (half of that between the halves' means) and beyond a steady queue's noise."""
@@ -105,7 +108,7 @@ def saturation(series: list[tuple[float, float]], arrivals: int, span_s: float) 
         return None, None
     g, mean = found
     if g > SATURATION_SHARE / 2 * arrivals and g > SATURATION_SIGMAS * math.sqrt(mean + 1):
-        return (f"saturated: requests in flight grew from {mean - g / 2:.0f} to {mean + g / 2:.0f} on average "
+        return (f"{SATURATED}requests in flight grew from {mean - g / 2:.0f} to {mean + g / 2:.0f} on average "
                 f"between the two halves of {span_s:.0f} s ({arrivals} arrivals): completions fell behind"), g
     return None, g
 
@@ -138,6 +141,10 @@ def summarize(slo: "Slo | None", results: list[RequestResult], settings: WindowS
         arrivals = sum(1 for t in starts if t >= warmup)
         saturated, fig["in_flight_growth"] = saturation(in_flight_series(starts, ends, warmup, last_send),
                                                         arrivals, last_send - warmup)
+    if not saturated and closed_by.startswith(SATURATED):
+        # the stop rule saw saturation in the in-flight count it sampled live and ended the point there:
+        # what finished after that was cut off, so the reconstruction above may miss the growth it saw
+        saturated = closed_by
     verdict: Verdict = "undecided"
     reasons: list[str] = []
     if saturated:

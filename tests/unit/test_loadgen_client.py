@@ -366,3 +366,22 @@ def test_a_slot_that_breaks_fails_the_job_instead_of_ending_it_short():
 
     with pytest.raises(NameError, match="pickle"):
         client.run_loop(client.run_job(job, None, client.Counter().take, lambda: False, on_done=broken))
+
+
+def test_the_collector_leaves_the_processs_old_objects_alone_during_a_point():
+    """A full collection over a process that imported torch and llm-compressor paused the demo's
+    client for ~344 ms inside a point; run_loop freezes what existed before it and thaws it after."""
+    import gc
+
+    from quantkit.measure import client
+
+    kept = [object() for _ in range(1000)]  # stands for the process's imports
+    seen = {}
+
+    async def point():
+        seen["frozen"] = gc.get_freeze_count()
+
+    assert gc.get_freeze_count() == 0
+    client.run_loop(point())
+    assert seen["frozen"] >= len(kept)
+    assert gc.get_freeze_count() == 0  # thawed: the process collects as usual after the point

@@ -100,6 +100,16 @@ def test_a_queue_that_grows_is_saturated_and_a_steady_one_is_not():
     assert summary.verdict == "saturated" and "grew" in summary.saturation
 
 
+def test_a_point_the_stop_rule_ended_as_saturated_stays_saturated():
+    """The demo's gptq point at 4.36 req/s: the live in-flight count grew, the stop rule ended the
+    point, nothing sent inside the window had finished, and the verdict read `undecided`."""
+    s = WindowSettings(warmup_s=2.0, min_s=1.0, max_s=60.0, min_requests=5)
+    warm = [req(i, i * 0.1) for i in range(18)]  # finished, all inside the warm-up
+    said = "saturated: requests in flight grew from 37 to 58 on average between the two halves of 13 s"
+    summary, _ = summarize(parse_slo("ttft_p95=2"), warm, s, closed_by=said)  # nothing to rebuild growth from
+    assert summary.verdict == "saturated" and summary.saturation == said and summary.reasons == [said]
+
+
 def test_the_stop_rule_waits_for_min_s_then_closes_on_a_decided_verdict():
     s = WindowSettings(warmup_s=1.0, min_s=5.0, max_s=20.0, min_requests=60)
     stop = WindowStop(parse_slo("ttft_p95=0.5"), s)
