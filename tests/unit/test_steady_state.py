@@ -209,3 +209,20 @@ def test_a_low_load_window_stretches_until_a_pass_can_be_decided():
     closed = profiles.get("concurrency").plan(1, settings, window, request_s=0.8, needed=59)
     assert closed.window.max_s == pytest.approx(1.5 * 59 * 0.8, abs=0.1)  # one stream: a request per 0.8 s
     assert profiles.get("burst").plan(4, settings, window, request_s=1.0, needed=59).window is None
+
+
+def test_a_bracket_whose_pass_is_undecided_walks_down_to_a_decided_one():
+    """The demo's gptq search: start 2.31 undecided (tpot_p95 0.149 s vs 0.15 s), 2.656 failed, the
+    bracket closed, and the search said "not met even at 1 req/s" without measuring below 2.31."""
+    measured = []
+
+    def measure(load):
+        measured.append(load)
+        margin = load / 2.35
+        decided = abs(margin - 1) > 0.05
+        return Verdict(passed=margin <= 1, margin=margin, decided=decided)
+
+    found = search_capacity(measure, lo=1, hi=64, tolerance=0.15, integer=False, start=2.31)
+    assert measured[:2] == [2.31, 2.656]
+    assert found.reason == "bracketed" and found.capacity == pytest.approx(2.31 / 1.15, rel=1e-3)
+    assert found.ceiling == 2.656 and found.undecided == [2.31]
