@@ -154,21 +154,26 @@ def _metrics(block: dict[str, Any]) -> dict[str, Metric]:
 
 
 @contextlib.contextmanager
-def _openai_key(key: str | None) -> Iterator[None]:
-    """lm-eval's local-completions sends `Authorization: Bearer $OPENAI_API_KEY`: the server's key
-    goes there for the call (not into model_args, which the record keeps), then the old value is back."""
-    if not key:
-        yield
-        return
-    before = os.environ.get("OPENAI_API_KEY")
-    os.environ["OPENAI_API_KEY"] = key
+def _lm_eval_env(key: str | None) -> Iterator[None]:
+    """The environment of one lm-eval call, put back after it.
+
+    - lm-eval's local-completions sends `Authorization: Bearer $OPENAI_API_KEY`: the server's key
+      goes there (not into model_args, which the record keeps).
+    - DISABLE_MULTIPROC: lm-eval's bootstrap of a non-mean metric (lambada's perplexity) forks a
+      process pool. Forked from a process whose torch/OpenMP threads ran a conversion, a worker can
+      block forever on a lock one of those threads held (the demo's int8 eval hung 575 s in
+      Pool.terminate). 1,000 resamples of 100 items take well under a second in this process."""
+    values = {"DISABLE_MULTIPROC": "1", **({"OPENAI_API_KEY": key} if key else {})}
+    before = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
     try:
         yield
     finally:
-        if before is None:
-            os.environ.pop("OPENAI_API_KEY", None)
-        else:
-            os.environ["OPENAI_API_KEY"] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any, chat_template: bool,
@@ -178,7 +183,7 @@ def _evaluate_one(spec: TaskSpec, obj: Any, model_args: dict[str, Any], tm: Any,
     try:
         # lm-eval's progress bars, prints ("bootstrapping for stddev: ...") and log lines go to
         # the run's log: stdout carries quantkit's data (--json), the terminal quantkit's progress.
-        with library_output(f"lm-eval: {spec.name}"), _openai_key(api_key):
+        with library_output(f"lm-eval: {spec.name}"), _lm_eval_env(api_key):
             results = lm_eval.simple_evaluate(
                 model="local-completions",
                 model_args=model_args,
