@@ -3,6 +3,8 @@
 A method recipe is one method on one backend with its scheme and calibration settings. The
 built-in ones live in the repository's `recipes/` folder (shipped as the data package
 `quantkit.recipes`); `quantkit recipes` lists them and `--recipe NAME_OR_PATH` runs one.
+The methods themselves (their names, whether they calibrate, which backends do them) are
+methods.py's registry; each has a built-in recipe named after it.
 
 A run recipe (`recipes/runs/*.yaml`, `quantkit run`) is the matrix: a model, its baseline and
 methods, serving knobs, bench and eval settings, gates, and the executor that runs it. `load_run`
@@ -25,37 +27,14 @@ from .errors import UsageError, did_you_mean
 from .evals.gates import Gates, GrowSettings
 from .measure.capacity import CapacitySettings
 from .measure.tune import TuneSettings
+from .methods import METHODS
 from .serve.config import ServeConfig
 
 SCHEMA_VERSION = 1
 
-# Methods quantkit knows, what they mean, and whether they need calibration data.
-METHODS: dict[str, str] = {
-    "awq": "AWQ W4A16 asymmetric, group 128 (activation-aware scaling, calibrated)",
-    "gptq": "GPTQ W4A16 symmetric, group 128 (calibrated)",
-    "int8": "W8A8 INT8: SmoothQuant + GPTQ, per-channel weights, dynamic per-token activations",
-    "fp8": "FP8 dynamic: per-channel FP8 weights, dynamic per-token FP8 activations (no calibration)",
-    "w4a16-rtn": "W4A16 symmetric, group 128, round-to-nearest (no calibration)",
-    "w8a16": "W8A16 per-channel INT8 weights, round-to-nearest (no calibration)",
-}
-
-# Names users type that quantkit answers with an explanation instead of "unknown method".
-REMOVED_METHODS: dict[str, str] = {
-    "squeezellm": "vLLM removed SqueezeLLM support (v0.6); use --method awq or --method gptq",
-    "marlin": "Marlin is a vLLM kernel, not a quantization method; vLLM picks it for gptq/awq W4A16 checkpoints",
-    "bitsandbytes": "bitsandbytes quantizes at load time in vLLM (--quantization bitsandbytes); no checkpoint to convert",
-}
-
-CALIBRATED_METHODS = {"awq", "gptq", "int8"}
-
-
 def check_method(name: str) -> str:
-    key = name.lower()
-    if key in REMOVED_METHODS:
-        raise UsageError(f"method '{name}' is not available: {REMOVED_METHODS[key]}")
-    if key not in METHODS:
-        raise UsageError(f"unknown method '{name}'; {did_you_mean(key, list(METHODS))}")
-    return key
+    """A method's name (case-folded), or a UsageError naming the removed or nearest one (methods.py)."""
+    return METHODS.check(name)
 
 
 class Strict(BaseModel):
@@ -114,7 +93,7 @@ class Recipe(Strict):
 
     @property
     def needs_calibration(self) -> bool:
-        return self.method in CALIBRATED_METHODS
+        return self.method in METHODS.calibrated()
 
     def canonical(self) -> dict[str, Any]:
         """Everything that changes the output, in a stable form (name and description do not)."""

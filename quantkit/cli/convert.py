@@ -10,6 +10,7 @@ from rich.table import Table
 
 from .. import recipe as recipes
 from ..console import run_command, stdout
+from ..methods import METHODS
 from . import app
 from .options import Json, Quiet, mode
 
@@ -17,7 +18,7 @@ from .options import Json, Quiet, mode
 @app.command()
 def convert(
     model: str = typer.Argument(..., help="Checkpoint dir, .gguf file, Hub id, or built-in alias (smollm2-135m)."),
-    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(recipes.METHODS)}."),
+    method: Optional[str] = typer.Option(None, "--method", "-m", help=f"One of: {', '.join(METHODS.names())}."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Output folder (default: models/<model>-<method>)."),
     recipe: Optional[str] = typer.Option(None, "--recipe", "-r", help="Built-in recipe name or YAML file."),
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Calibration samples."),
@@ -60,10 +61,10 @@ def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dic
     chosen = recipes.load(recipe).method if recipe else recipes.check_method(method)  # type: ignore[arg-type]
     if method is not None and recipe is not None and recipes.check_method(method) != chosen:
         return  # plan() reports the contradiction itself
-    if chosen not in recipes.CALIBRATED_METHODS:
+    if not METHODS[chosen].calibrated:
         from ..errors import UsageError
 
-        calibrated = ", ".join(sorted(recipes.CALIBRATED_METHODS))
+        calibrated = ", ".join(METHODS.calibrated())
         raise UsageError(f"{' and '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to {chosen}: it is data-free "
                          f"(no calibration); leave {'them' if len(given) > 1 else 'it'} out, or use a calibrated method "
                          f"({calibrated})")

@@ -24,6 +24,7 @@ class BackendResult:
 
 class Backend(Protocol):
     name: str
+    # the methods whose methods.py entry names this backend: METHODS.for_backend(name)
     methods: frozenset[str]
 
     def quantize(self, model: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:

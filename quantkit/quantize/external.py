@@ -28,6 +28,7 @@ from pathlib import Path
 from .. import settings
 from ..console import info, step
 from ..errors import BackendError, SetupError, UsageError
+from ..methods import METHODS
 from ..models import ResolvedModel
 from ..recipe import Recipe
 from . import calibration
@@ -55,7 +56,7 @@ class BackendEnv:
 
 class ExternalBackend:
     name: str = ""
-    methods: frozenset[str] = frozenset()
+    methods: frozenset[str] = frozenset()  # a subclass's: METHODS.for_backend(name) (methods.py)
     setup: BackendEnv
     worker: str = ""
     gpu_only_reason: str = ""
@@ -181,7 +182,7 @@ def _last_error(log: str) -> str:
 
 class GPTQModelBackend(ExternalBackend):
     name = "gptqmodel"
-    methods = frozenset({"gptq", "awq"})
+    methods = METHODS.for_backend(name)
     worker = "gptqmodel_worker.py"
     # seen here: 149 s of AWQ calibration on the 2-layer cut, then "ValueError: AWQ: CUDA is not available."
     gpu_only_methods = {"awq": "GPTQModel 7.6 packs AWQ weights only with CUDA kernels (it fails after the whole "
@@ -198,7 +199,7 @@ class GPTQModelBackend(ExternalBackend):
 
 class AutoAWQBackend(ExternalBackend):
     name = "autoawq"
-    methods = frozenset({"awq"})
+    methods = METHODS.for_backend(name)
     worker = "autoawq_worker.py"
     setup = BackendEnv(
         requirements=("torch==2.13.0", "autoawq==0.2.9", "transformers==5.24.0", "datasets==5.2.0"),
@@ -208,7 +209,7 @@ class AutoAWQBackend(ExternalBackend):
 
 class AutoGPTQBackend(ExternalBackend):
     name = "auto-gptq"
-    methods = frozenset({"gptq"})
+    methods = METHODS.for_backend(name)
     worker = "autogptq_worker.py"
     gpu_only_reason = (
         "AutoGPTQ 0.7.1 refuses to quantize without CUDA, imports only with transformers 4.57.x and "
@@ -223,7 +224,7 @@ class AutoGPTQBackend(ExternalBackend):
 
 class OptimumBackend(ExternalBackend):
     name = "optimum"
-    methods = frozenset({"gptq"})
+    methods = METHODS.for_backend(name)
     worker = "optimum_worker.py"
     # optimum 2.3's GPTQ path runs on GPTQModel
     setup = BackendEnv(

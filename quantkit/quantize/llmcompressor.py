@@ -1,12 +1,12 @@
 """llm-compressor backend (default): compressed-tensors checkpoints that vLLM loads natively.
 
-Runs in quantkit's main environment. Methods and the modifiers they become:
-- awq       : AWQModifier (scaling) + QuantizationModifier(W4A16_ASYM, group G)
-- gptq      : GPTQModifier(W4A16, group G)
-- int8      : SmoothQuantModifier(strength) + GPTQModifier(W8A8)
-- fp8       : QuantizationModifier(FP8_DYNAMIC)
-- w4a16-rtn : QuantizationModifier(W4A16, group G)
-- w8a16     : QuantizationModifier(W8A16, per channel)
+Runs in quantkit's main environment. Which methods it does, and which builder below makes each
+one's modifiers, is the methods' registry (methods.py); the builders:
+- awq_modifiers          : AWQModifier (scaling) + QuantizationModifier(scheme)     awq
+- gptq_modifiers         : [SmoothQuantModifier(strength)] + GPTQModifier(scheme)   gptq, int8
+- quantization_modifiers : QuantizationModifier(scheme), data-free                  fp8, w4a16-rtn, w8a16
+The scheme is the recipe's compressed-tensors preset with its group size (W4A16_ASYM group G for
+awq, W4A16 group G for gptq and w4a16-rtn, W8A8 for int8, FP8_DYNAMIC, W8A16 per channel).
 """
 
 from __future__ import annotations
@@ -24,11 +24,12 @@ from ..recipe import Recipe
 from . import calibration
 from .base import BackendResult, resolve_group_size
 from ..machine import package_versions
+from ..methods import METHODS
 
 
 class LLMCompressorBackend:
     name = "llmcompressor"
-    methods = frozenset({"awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16"})
+    methods = METHODS.for_backend(name)
 
     def quantize(self, model_ref: ResolvedModel, recipe: Recipe, out_dir: Path) -> BackendResult:
         try:
@@ -137,26 +138,40 @@ def release_accelerator() -> None:
 
 
 def build_modifiers(recipe: Recipe, group_size: int | None) -> list[Any]:
-    """The llm-compressor modifiers a recipe stands for (the 'recipe' argument of oneshot)."""
+    """The llm-compressor modifiers a recipe stands for (the 'recipe' argument of oneshot): its
+    method's builder (methods.py) given the scheme and ignore list every modifier shares."""
+    common = {"config_groups": {"group_0": quant_scheme(recipe.scheme, group_size)}, "ignore": list(recipe.ignore)}
+    return METHODS[recipe.method].modifier_builder()(recipe, common)
+
+
+def awq_modifiers(recipe: Recipe, common: dict[str, Any]) -> list[Any]:
+    """AWQ's activation-aware scaling, then the scaled weights rounded to the scheme. The recipe's
+    options (duo_scaling, ...) are AWQModifier's: the quantization step takes none."""
+    from llmcompressor.modifiers.quantization import QuantizationModifier
+    from llmcompressor.modifiers.transform import AWQModifier
+
+    return [AWQModifier(**recipe.options), QuantizationModifier(**common)]
+
+
+def gptq_modifiers(recipe: Recipe, common: dict[str, Any]) -> list[Any]:
+    """GPTQ, after SmoothQuant when the recipe sets a strength (int8's moves activation outliers
+    into the weights first). The recipe's options (dampening_frac, ...) are GPTQModifier's."""
     from llmcompressor.modifiers.gptq import GPTQModifier
+
+    modifiers: list[Any] = []
+    if recipe.smoothing_strength is not None:
+        from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
+
+        modifiers.append(SmoothQuantModifier(smoothing_strength=recipe.smoothing_strength))
+    modifiers.append(GPTQModifier(**common, **recipe.options))
+    return modifiers
+
+
+def quantization_modifiers(recipe: Recipe, common: dict[str, Any]) -> list[Any]:
+    """Data-free: the scheme applied to the weights as they are (round-to-nearest, or FP8's cast)."""
     from llmcompressor.modifiers.quantization import QuantizationModifier
 
-    scheme = quant_scheme(recipe.scheme, group_size)
-    options = dict(recipe.options)
-    common = {"config_groups": {"group_0": scheme}, "ignore": list(recipe.ignore)}
-    if recipe.method == "awq":
-        from llmcompressor.modifiers.transform import AWQModifier
-
-        return [AWQModifier(**options), QuantizationModifier(**common)]
-    if recipe.method in ("gptq", "int8"):
-        modifiers: list[Any] = []
-        if recipe.smoothing_strength is not None:
-            from llmcompressor.modifiers.transform.smoothquant import SmoothQuantModifier
-
-            modifiers.append(SmoothQuantModifier(smoothing_strength=recipe.smoothing_strength))
-        modifiers.append(GPTQModifier(**common, **options))
-        return modifiers
-    return [QuantizationModifier(**common, **options)]
+    return [QuantizationModifier(**common, **recipe.options)]
 
 
 def quant_scheme(preset: str, group_size: int | None):

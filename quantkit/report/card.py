@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..methods import METHODS
 from ..models import BUILTIN_BASE, BUILTIN_PROVENANCE
 from ..serve.config import KNOBS, ServeConfig, args_of
 from ..store import Record, Store
@@ -38,6 +39,9 @@ def _metric_name(key: str) -> str:
 
 
 def _bits(convert: dict[str, Any] | None) -> int | None:
+    """The checkpoint's weight bits: what its quantization config says, else what its scheme's
+    name spells (W4A16, FP8_DYNAMIC), else its method's registered bits (methods.py), so a method
+    whose scheme's name does not spell them still gets its bit tag."""
     if not convert:
         return None
     qc = convert.get("quantization_config") or {}
@@ -50,7 +54,10 @@ def _bits(convert: dict[str, Any] | None) -> int | None:
     m = re.match(r"w(\d+)", str(convert.get("scheme", "")).lower())
     if m:
         return int(m.group(1))
-    return 8 if "fp8" in str(convert.get("scheme", "")).lower() else None
+    if "fp8" in str(convert.get("scheme", "")).lower():
+        return 8
+    method = METHODS.get(convert.get("method"))
+    return method.weight_bits if method else None
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
