@@ -74,10 +74,10 @@ def _data():
     data = settings.data_dir()
     if data is None:
         return "warn", "QUANTKIT_DATA_DIR is unset: tasks and calibration read the Hub (offline machines need it)"
-    from .evals.tasks import prepare, resolve
+    from .evals.tasks import prepare_tasks, resolve
 
     with tempfile.TemporaryDirectory() as scratch:
-        prepare(resolve("quick"), data, Path(scratch))
+        prepare_tasks(resolve("quick"), data, Path(scratch))
     from .quantize.calibration import C4_OFFLINE
 
     if not (data / C4_OFFLINE).is_file():

@@ -86,8 +86,8 @@ def targets(reports: list[RecoveryReport], runs: list[EvalRun], settings: GrowSe
     return out
 
 
-def grow(server, plan: EvalPlan, previous: EvalRun, goal: dict[str, int],
-         orders: dict[str, tuple[int, int]]) -> EvalRun:
+def grow_result(server, plan: EvalPlan, previous: EvalRun, goal: dict[str, int],
+                orders: dict[str, tuple[int, int]]) -> EvalRun:
     """`previous` with every task of `goal` grown to that many items per (sub)task, in the order
     `orders[task]` = (seed, step), scored on `server`; the other tasks are carried over as they are."""
     with plan.cleaned_on_failure():
@@ -149,7 +149,7 @@ def _grow_task(server, plan: EvalPlan, spec, model_args: dict[str, Any], result:
     grown = result.model_copy(deep=True)
     grown.items = items
     grown.n_samples = len(items.ids)
-    grown.metrics = _metrics(result, items, leaves, plan, spec.name)
+    grown.metrics = _recomputed_metrics(result, items, leaves, plan, spec.name)
     grown.samples_file = str(samples_path)
     grown.wall_time_s = round(result.wall_time_s + time.monotonic() - t0, 2)
     grown.growth = Growth(seed=seed, step=step_size, blocks=max(done, blocks), previous_results_file=previous_file)
@@ -159,8 +159,8 @@ def _grow_task(server, plan: EvalPlan, spec, model_args: dict[str, Any], result:
     return grown
 
 
-def _metrics(result: TaskResult, items: ItemScores, leaves: dict[str, Any], plan: EvalPlan,
-             name: str) -> dict[str, Metric]:
+def _recomputed_metrics(result: TaskResult, items: ItemScores, leaves: dict[str, Any], plan: EvalPlan,
+                        name: str) -> dict[str, Metric]:
     """The task's metrics recomputed from all its items, as lm-eval aggregates them."""
     from lm_eval.api.metrics import aggregate_subtask_metrics, pooled_sample_stderr, stderr_for_metric
 
@@ -245,12 +245,12 @@ def _grow_recorded(folder: Path, previous: EvalRun, tasks: str, goal: dict[str, 
                    url: str | None, serve, options: dict[str, Any]) -> EvalRun:
     from ..serve.server import open_server
     from ..store import Store, standalone
-    from .run import prepare
+    from .run import prepare_eval
 
     todo = {t: n for t, n in goal.items() if (r := previous.task(t)) is not None and per_leaf_items(r) < n}
     if not todo:
         return previous
-    plan = prepare(folder, tasks, **options)
+    plan = prepare_eval(folder, tasks, **options)
     with plan.cleaned_on_failure(), Store() as store, contextlib.ExitStack() as stack:
         opening = open_server(folder, url, serve)
         if url:
@@ -260,6 +260,6 @@ def _grow_recorded(folder: Path, previous: EvalRun, tasks: str, goal: dict[str, 
                 server = stack.enter_context(opening)
         with standalone(store, "eval", folder, {"url": url, "tasks": tasks, "grown_from": previous.results_file,
                                                 "goal": todo}) as rec:
-            grown = grow(server, plan, previous, todo, orders)
+            grown = grow_result(server, plan, previous, todo, orders)
             rec.finish(grown.model_dump(mode="json"), grown.results_file)
     return grown

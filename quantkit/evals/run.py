@@ -1,6 +1,6 @@
 """Running lm-eval against a served checkpoint (vLLM's OpenAI API), task by task.
 
-`prepare(model_dir, tasks, ...)` resolves and loads every task (offline JSONL when
+`prepare_eval(model_dir, tasks, ...)` resolves and loads every task (offline JSONL when
 QUANTKIT_DATA_DIR is set) and the tokenizer, so a typo or a missing data file fails in seconds,
 before any server starts. `run_eval(server, plan)` runs lm-eval 0.4.x in-process with its
 `local-completions` model against that server's /v1/completions (loglikelihood through `echo` +
@@ -32,7 +32,7 @@ from ..serve.config import ServeConfig
 from ..serve.env import auth_headers
 from ..serve.server import Server, open_server
 from .results import DataInfo, EvalRun, Metric, TaskResult, item_scores, results_dir
-from .tasks import TaskSetup, TaskSpec, prepare as prepare_tasks, registry, resolve, task_manager
+from .tasks import TaskSetup, TaskSpec, prepare_tasks, registry, resolve, task_manager
 
 # lm-eval's default seeds, recorded so a run can be repeated exactly.
 SEEDS = {"random_seed": 0, "numpy_random_seed": 1234, "torch_random_seed": 1234, "fewshot_random_seed": 1234}
@@ -141,7 +141,9 @@ def write_samples(path: Path, samples: dict[str, list[dict]]) -> None:
                 fh.write(json.dumps({"task": leaf, **row}, default=_jsonable, ensure_ascii=False) + "\n")
 
 
-def _metrics(block: dict[str, Any]) -> dict[str, Metric]:
+def _reported_metrics(block: dict[str, Any]) -> dict[str, Metric]:
+    """A task's metrics as lm-eval reported them (its results block: `name,filter` and
+    `name_stderr,filter` keys); evals.grow recomputes them from the items instead."""
     out: dict[str, Metric] = {}
     for key, value in block.items():
         if "," not in key or "_stderr," in key or not isinstance(value, (int, float)):
@@ -229,7 +231,7 @@ def _task_result(spec: TaskSpec, results: dict[str, Any], leaves: dict[str, Any]
     block = results["results"].get(spec.name)
     if block is None:
         raise BackendError(f"lm-eval's results have no entry for task '{spec.name}'")
-    metrics = _metrics(block)
+    metrics = _reported_metrics(block)
     if task_def.metric not in metrics:
         raise BackendError(
             f"task '{spec.name}' produced no '{task_def.metric}' (got: {', '.join(sorted(metrics)) or 'nothing'})"
@@ -297,9 +299,10 @@ class EvalPlan:
             raise
 
 
-def prepare(model_dir: str | Path, tasks: str | list[str], *, limit: int | None = None,
-            num_fewshot: int | None = None, output_dir: str | Path | None = None, chat_template: bool = False,
-            max_gen_toks: int | None = None, num_concurrent: int = 4, max_length: int = 2048) -> EvalPlan:
+def prepare_eval(model_dir: str | Path, tasks: str | list[str], *, limit: int | None = None,
+                 num_fewshot: int | None = None, output_dir: str | Path | None = None,
+                 chat_template: bool = False, max_gen_toks: int | None = None, num_concurrent: int = 4,
+                 max_length: int = 2048) -> EvalPlan:
     model_dir = Path(model_dir).expanduser().resolve()
     if not (model_dir / "config.json").is_file():
         raise UsageError(f"{model_dir} is not a model checkpoint folder (no config.json)")
@@ -461,7 +464,7 @@ def evaluate(model_dir: str | Path, tasks: str | list[str], *, url: str | None =
         from ..serve.env import supported_architectures
 
         checkpoint.validate(folder, supported_architectures(), weights=config.load_format != "dummy")
-    plan = prepare(model_dir, tasks, **options)
+    plan = prepare_eval(model_dir, tasks, **options)
     with plan.cleaned_on_failure(), Store() as store, contextlib.ExitStack() as stack:
         if url:
             server = stack.enter_context(opening)

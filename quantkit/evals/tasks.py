@@ -193,7 +193,7 @@ def _subtask_yamls(group_yaml: Path) -> list[Path]:
     return out
 
 
-def prepare(specs: list[TaskSpec], data_dir: Path | None, config_dir: Path) -> TaskSetup:
+def prepare_tasks(specs: list[TaskSpec], data_dir: Path | None, config_dir: Path) -> TaskSetup:
     """Task directories for a TaskManager; offline, the generated YAMLs go into config_dir."""
     defs = registry()
     include: list[Path] = []

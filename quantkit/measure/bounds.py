@@ -27,7 +27,7 @@ QUEUED = 1.0  # mean waiting requests at or above which requests queued through 
 STEP_FULL = 0.70  # tokens per engine step / --max-num-batched-tokens at or above which steps ran full
 RUNNING_HELD = 0.90  # running mean / max at or above which the running count held at a ceiling
 
-Kind = Literal["kv_cache", "token_budget", "batch_slots", "compute", "client", "unknown"]
+BoundKind = Literal["kv_cache", "token_budget", "batch_slots", "compute", "client", "unknown"]
 
 KNOBS: dict[str, str] = {
     "kv_cache": "more KV cache: --gpu-memory-utilization (VLLM_CPU_KVCACHE_SPACE on CPU), --kv-cache-dtype fp8, "
@@ -49,8 +49,8 @@ DECODE_KNOB = ("a --max-num-seqs cap (a smaller decode batch, each step faster: 
 PREFILL_KNOB = "--max-num-batched-tokens and chunked prefill (admit prompts faster: TTFT), or a faster precision"
 
 
-class Bound(BaseModel):
-    kind: Kind
+class CapacityBound(BaseModel):
+    kind: BoundKind
     evidence: str
     knob: str
     load: float | None = None  # the load point it was read at
@@ -70,20 +70,20 @@ def slots_reached(seqs: int) -> float:
 
 
 def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
-             load: float | None = None) -> Bound:
+             load: float | None = None) -> CapacityBound:
     """The bound a point (BenchPoint as JSON) shows; see the module's docstring for the rules."""
     serve_config = serve_config or {}
     if point.get("client_limited"):
-        return Bound(kind="client", load=load, knob=KNOBS["client"],
-                     evidence="quantkit's load generator limited this point"
-                              + (f" ({point['client_limited_reason']})" if point.get("client_limited_reason") else ""))
+        return CapacityBound(kind="client", load=load, knob=KNOBS["client"],
+                             evidence="quantkit's load generator limited this point"
+                                      + (f" ({point['client_limited_reason']})" if point.get("client_limited_reason") else ""))
     sm = point.get("server_metrics")
     if not isinstance(sm, dict) or not sm.get("samples"):
-        return Bound(kind="unknown", load=load, knob=KNOBS["unknown"], evidence="no /metrics readings")
+        return CapacityBound(kind="unknown", load=load, knob=KNOBS["unknown"], evidence="no /metrics readings")
     if (_get(sm.get("running"), "max") or 0) == 0 and not (sm.get("deltas") or {}).get("preemptions"):
-        return Bound(kind="unknown", load=load, knob=KNOBS["unknown"],
-                     evidence=f"the point ended before /metrics saw a request running ({sm.get('samples')} readings, "
-                              f"every {sm.get('interval_s')} s)")
+        return CapacityBound(kind="unknown", load=load, knob=KNOBS["unknown"],
+                             evidence=f"the point ended before /metrics saw a request running ({sm.get('samples')} readings, "
+                                      f"every {sm.get('interval_s')} s)")
     kv_max = _get(sm.get("kv_usage"), "max")
     preempted = (sm.get("deltas") or {}).get("preemptions") or 0.0
     waiting = _get(sm.get("waiting"), "mean") or 0.0
@@ -96,8 +96,8 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     if gpu_util:
         figures["gpu_util_mean"] = max(gpu_util)
 
-    def bound(kind: Kind, evidence: str) -> Bound:
-        return Bound(kind=kind, evidence=evidence + busy, knob=KNOBS[kind], load=load, figures=figures)
+    def bound(kind: BoundKind, evidence: str) -> CapacityBound:
+        return CapacityBound(kind=kind, evidence=evidence + busy, knob=KNOBS[kind], load=load, figures=figures)
 
     if preempted > 0 or (kv_max is not None and kv_max >= KV_FULL):
         return bound("kv_cache", f"KV cache {kv_max or 0:.0%} full at most, {preempted:.0f} preemptions")
@@ -143,16 +143,16 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     broke = " ".join(point.get("slo_violations") or []) + " " + " ".join((point.get("window") or {}).get("reasons") or [])
     if ("tpot" in broke or "itl" in broke) and "ttft" not in broke:
         # a steady state's usual bound: the decode batch grows with the load until each step is too slow
-        return Bound(kind="compute", load=load, figures=figures, knob=DECODE_KNOB,
-                     evidence=text + f": the decode batch ({run_seen:.0f} running) grew until TPOT broke" + busy)
+        return CapacityBound(kind="compute", load=load, figures=figures, knob=DECODE_KNOB,
+                             evidence=text + f": the decode batch ({run_seen:.0f} running) grew until TPOT broke" + busy)
     if "ttft" in broke and "tpot" not in broke and "itl" not in broke:
-        return Bound(kind="compute", load=load, figures=figures, knob=PREFILL_KNOB,
-                     evidence=text + ": prompts' prefill delayed the first token (TTFT broke, TPOT held)" + busy)
+        return CapacityBound(kind="compute", load=load, figures=figures, knob=PREFILL_KNOB,
+                             evidence=text + ": prompts' prefill delayed the first token (TTFT broke, TPOT held)" + busy)
     return bound("compute", text + ": each step slows as the batch grows")
 
 
 def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, ceiling_index: int | None,
-                      serve_config: dict[str, Any] | None = None) -> Bound | None:
+                      serve_config: dict[str, Any] | None = None) -> CapacityBound | None:
     """The bound that stops a capacity search: read at the first load that broke the SLO (what
     stopped it), else at the capacity load itself; None when no point was measured."""
     for index in (ceiling_index, capacity_index):

@@ -34,7 +34,7 @@ from ..files import atomic_write_json, unique_path
 from ..machine import hardware
 from ..serve.server import Server, ServerInfo
 from .bench import checkpoint_info, measure_point, results_dir, stamp
-from .bounds import Bound, classify_capacity
+from .bounds import CapacityBound, classify_capacity
 from .gpu import open_gpus
 from .loadgen import Target, warmup
 from .metrics import PointMonitor, Scrape, slope
@@ -123,7 +123,7 @@ class CapacityResult(BaseModel):
     points: list[BenchPoint] = Field(default_factory=list)
     search: CapacitySearch | None = None
     capacity: CapacityFigures | None = None  # None: the SLO failed at the lowest load
-    bound: Bound | None = None
+    bound: CapacityBound | None = None
     points_spent: int = 0
     complete: bool = False
     error: str | None = None

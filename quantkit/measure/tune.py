@@ -29,7 +29,7 @@ from ..console import info, warn
 from ..errors import BackendError, QuantkitError, UsageError, did_you_mean
 from ..machine import has_gpu
 from ..serve.config import KNOBS, ServeConfig, serve_command
-from .bounds import Bound
+from .bounds import CapacityBound
 from .capacity import CapacityResult, CapacitySettings, run_capacity
 from .slo import Slo
 from .workload import PromptSource
@@ -76,7 +76,7 @@ class Trial(BaseModel):
     probe: float | None = None
     capacity: dict[str, Any] | None = None  # CapacityFigures
     capacity_load: float | None = None
-    bound: Bound | None = None
+    bound: CapacityBound | None = None
     points: int = 0
     startup_s: float | None = None
     seconds: float | None = None

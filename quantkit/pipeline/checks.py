@@ -29,12 +29,12 @@ def check_plan(plan: RunRecipe, source: str) -> None:
     """What the recipe points at besides the model: tasks and their data, gates, calibration data."""
     task_names: set[str] = set()
     if plan.eval is not None:
-        from ..evals.tasks import prepare, resolve
+        from ..evals.tasks import prepare_tasks, resolve
 
         try:
             specs = resolve(plan.eval.tasks, plan.eval.limit, plan.eval.num_fewshot)
             with tempfile.TemporaryDirectory() as scratch:  # the offline files exist, the YAMLs are stock
-                prepare(specs, settings.data_dir(), Path(scratch))
+                prepare_tasks(specs, settings.data_dir(), Path(scratch))
         except UsageError as exc:
             raise UsageError(f"{source}: eval: {exc.message}") from None
         task_names = {s.name for s in specs}

@@ -72,8 +72,8 @@ def grow_stage(ctx: RunContext, lanes: list[Lane], store: Store, summary: RunSum
 
 def _grow_one(ctx: RunContext, label: str, folder: Path, record: Record, goal: dict[str, int],
               orders: dict[str, tuple[int, int]], store: Store, summary: RunSummary) -> bool:
-    from ..evals.grow import grow, per_leaf_items
-    from ..evals.run import prepare
+    from ..evals.grow import grow_result, per_leaf_items
+    from ..evals.run import prepare_eval
     from ..serve.server import VLLMServer
 
     previous = EvalRun.model_validate(record.result)
@@ -90,9 +90,9 @@ def _grow_one(ctx: RunContext, label: str, folder: Path, record: Record, goal: d
     t0 = time.monotonic()
     try:
         with store.stage(key, "eval", ctx.model.name, label, params) as rec:
-            plan = prepare(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot, num_concurrent=e.num_concurrent)
+            plan = prepare_eval(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot, num_concurrent=e.num_concurrent)
             with VLLMServer(folder, ctx.plan.serve) as server:
-                result = grow(server, plan, previous, todo, orders)
+                result = grow_result(server, plan, previous, todo, orders)
             rec.finish(result.model_dump(mode="json"), result.results_file)
     except QuantkitError as exc:
         warn(f"[{label}] growing the eval failed: {exc.one_line()}")

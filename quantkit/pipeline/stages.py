@@ -251,11 +251,11 @@ def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, ser
                                    on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
                 rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
             else:
-                from ..evals.run import prepare, run_eval
+                from ..evals.run import prepare_eval, run_eval
 
                 e = plan.eval
-                result = run_eval(server, prepare(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot,
-                                                  num_concurrent=e.num_concurrent))
+                result = run_eval(server, prepare_eval(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot,
+                                                       num_concurrent=e.num_concurrent))
                 rec.finish(result.model_dump(mode="json"), result.results_file)
         status, error = "done", None
     except QuantkitError as exc:

@@ -105,7 +105,7 @@ class TaskScore(BaseModel):
     n_items: int | None = None  # items paired with the baseline
 
 
-class Bound(BaseModel):
+class DecodeBound(BaseModel):
     """Batch-1 decode bound from memory bandwidth, beside the measured concurrency-1 figure."""
 
     weight_bytes: int | None = None
@@ -151,7 +151,7 @@ class Row(BaseModel):
     gate: Literal["pass", "fail", "inconclusive", "no gates", "reference"] | None = None
     gate_detail: list[str] = Field(default_factory=list)
     accuracy_from: str | None = None  # recovery and gate are this model's evals of the same method, not this one's
-    bound: Bound = Field(default_factory=Bound)
+    bound: DecodeBound = Field(default_factory=DecodeBound)
     pareto: bool = False
     capacity: CapacityCell | None = None  # under the SLO, on the recipe's serve config (vLLM's defaults)
     capacity_tuned: CapacityCell | None = None  # under the SLO, the tuner's best configuration
@@ -212,12 +212,12 @@ class Report(BaseModel):
 
 
 def decode_bound(weight_bytes: int | None, bandwidth_gbs: float | None, measured_tok_s: float | None,
-                 gpus: int = 1) -> Bound:
+                 gpus: int = 1) -> DecodeBound:
     """Max batch-1 tok/s = bandwidth / bytes read per token (all weights, once per step).
 
     With tensor parallelism each of `gpus` GPUs reads its share of every layer at the same time, so
     their bandwidths add; pipeline stages run one after another at batch 1 and do not."""
-    bound = Bound(weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs, gpus=gpus, measured_tok_s=measured_tok_s)
+    bound = DecodeBound(weight_bytes=weight_bytes, bandwidth_gbs=bandwidth_gbs, gpus=gpus, measured_tok_s=measured_tok_s)
     if weight_bytes and bandwidth_gbs:
         bound.max_tok_s = gpus * bandwidth_gbs * 1e9 / weight_bytes
         if measured_tok_s is not None:

@@ -26,11 +26,8 @@ from ..checkpoint import RECORD_FILE, method_of, weight_bytes
 from ..errors import UsageError
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, GateVerdict, overall_verdict, recovery_of
-from ..store import Record, Store
+from ..store import MEASURED_KINDS, REPORTED_KINDS, Record, Store, result_kind
 from .build import Variant, build_report
-
-STAGES = ("convert", "bench", "eval", "capacity", "tune")
-MEASURED = ("capacity", "tune")  # compared within one workload only
 
 Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 
@@ -48,7 +45,7 @@ def workload_of(record: Record) -> Workload | None:
     """A capacity or tune record's workload; None for a tune stored before tune records named it."""
     params = record.params or {}
     cap = params.get("capacity") or {}
-    if record.kind not in MEASURED or "input_len" not in cap:
+    if record.kind not in MEASURED_KINDS or "input_len" not in cap:
         return None
     return workload_from(cap, params.get("slo"))
 
@@ -91,7 +88,7 @@ def pick_workload(records: list[Record], wanted: tuple | None) -> tuple[list[Rec
     chosen = matching[0] if matching else None  # None: this recipe's workload has no finished capacity
     # a recipe's own workload keeps its unfinished records (a failed capacity shows as failed)
     target = chosen if chosen is not None else tuple(wanted) if wanted is not None else None
-    kept = [r for r in records if r.kind not in MEASURED or workload_of(r) in (target, None)]
+    kept = [r for r in records if r.kind not in MEASURED_KINDS or workload_of(r) in (target, None)]
     others = [w for w in seen if w != chosen]
     if not others:
         return kept, []
@@ -126,7 +123,7 @@ def gather(store: Store, model: str | None = None, keys: list[str] | None = None
     for r in records:
         grouped.setdefault(r.variant, {}).setdefault(r.kind, []).append(r)
     order = sorted(grouped, key=lambda v: (v != "baseline", min(r.id for rs in grouped[v].values() for r in rs)))
-    return model, {v: {k: _latest(grouped[v].get(k, [])) for k in STAGES if grouped[v].get(k)} for v in order}, notes
+    return model, {v: {k: _latest(grouped[v].get(k, [])) for k in REPORTED_KINDS if grouped[v].get(k)} for v in order}, notes
 
 
 def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval: dict | None,
@@ -286,7 +283,7 @@ def evidence_for(store: Store, checkpoint: Path) -> Evidence:
     if mine:
         ev.model, ev.variant = mine[-1].model, mine[-1].variant
         mine = [r for r in mine if r.model == ev.model]
-        for kind in STAGES:
+        for kind in REPORTED_KINDS:
             newest = _newest([r for r in mine if r.kind == kind])
             if newest is not None:
                 ev.stages[kind] = newest
@@ -310,5 +307,5 @@ def _read_convert_file(checkpoint: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("kind") == "quantkit.convert" else None
+    return data if isinstance(data, dict) and data.get("kind") == result_kind("convert") else None
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..files import atomic_write_bytes
-from .build import SCHEMA_VERSION, Bound, Point, Report, TaskScore
+from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
 from .decision import CapacityCell, Decision, from_proxy
 
 DASH = "—"
@@ -248,7 +248,7 @@ def _yn(value: bool | None) -> str:
     return DASH if value is None else ("yes" if value else "no")
 
 
-def _bandwidth(bound: Bound) -> str:
+def _bandwidth(bound: DecodeBound) -> str:
     if bound.bandwidth_gbs is None or bound.gpus == 1:
         return fmt(bound.bandwidth_gbs, 4)
     return f"{fmt(bound.gpus * bound.bandwidth_gbs, 4)} ({bound.gpus} × {fmt(bound.bandwidth_gbs, 4)})"

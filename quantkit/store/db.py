@@ -33,6 +33,7 @@ from typing import Any, Iterator
 from .. import __version__, settings
 from ..errors import QuantkitError, UsageError
 from . import live
+from .kinds import STAGE_KINDS
 from .lines import _dump, _exception_line, _explain, _mask, _unwritable, check_key
 
 # Append only: a released migration is never edited; a change is a new entry.
@@ -64,7 +65,7 @@ MIGRATIONS: list[tuple[str, str]] = [
     );
     """),
     # Stage kinds grow (tune now; capacity and trials next): the kind is checked in Python
-    # (KINDS), since changing a CHECK constraint means rebuilding the table in SQLite.
+    # (kinds.STAGE_KINDS), since changing a CHECK constraint means rebuilding the table in SQLite.
     ("m002_records_any_stage_kind", """
     CREATE TABLE records_new (
         id          INTEGER PRIMARY KEY,
@@ -115,8 +116,6 @@ MIGRATIONS: list[tuple[str, str]] = [
                               OR json_extract(params, '$.capacity.profile') = 'burst'));
     """),
 ]
-# What a record can be; each is a stage of a run or a standalone command's result.
-KINDS = ("convert", "bench", "eval", "tune", "capacity", "trial")
 # Stores written before migrations had names numbered them: version -> name.
 _NUMBERED = {1: "m001_initial"}
 # A record's columns by name: a store written by a newer quantkit may have more of them.
@@ -302,7 +301,7 @@ class Store:
 
     def begin(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> int:
-        if kind not in KINDS:
+        if kind not in STAGE_KINDS:
             raise ValueError(f"unknown record kind {kind!r}")
         pid, host, started = live.identity()
         with self.transaction():

@@ -23,8 +23,7 @@ from ..checkpoint import describe, method_of
 from ..errors import UsageError
 from ..registry import RESULT_SCHEMAS
 from .db import StageHandle, Store, run_key
-
-KINDS = {"quantkit.bench": "bench", "quantkit.eval": "eval", "quantkit.capacity": "capacity"}
+from .kinds import IMPORTABLE_RESULTS
 
 
 def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
@@ -37,9 +36,10 @@ def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
         data = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise UsageError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}); give a bench or eval result file") from None
-    kind = KINDS.get(data.get("kind") if isinstance(data, dict) else None)
+    kind = IMPORTABLE_RESULTS.get(data.get("kind") if isinstance(data, dict) else None)
     if kind is None:
-        raise UsageError(f"{path} is not a quantkit bench, eval or capacity result (kind must be one of {', '.join(KINDS)})")
+        raise UsageError(f"{path} is not a quantkit bench, eval or capacity result "
+                         f"(kind must be one of {', '.join(IMPORTABLE_RESULTS)})")
     Model = RESULT_SCHEMAS.load(data["kind"])
     try:
         Model.model_validate(data)

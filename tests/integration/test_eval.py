@@ -92,7 +92,7 @@ def test_served_scores_agree_with_lm_eval_hf_backend(loglikelihood_run, smollm2_
     from quantkit.evals import run as evals_run, tasks as evals_tasks
 
     (task,) = loglikelihood_run["run"]["tasks"]
-    setup = evals_tasks.prepare(evals_tasks.resolve(LL_TASK), data_dir, tmp_path / "cfg")
+    setup = evals_tasks.prepare_tasks(evals_tasks.resolve(LL_TASK), data_dir, tmp_path / "cfg")
     hf = lm_eval.simple_evaluate(
         model="hf",
         # The checkpoint is bf16 and vLLM serves it in bf16; the same dtype keeps the comparison tight.

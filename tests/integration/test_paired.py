@@ -19,12 +19,12 @@ TASK, LIMIT, STEP, SEED = "arc_easy", 30, 30, 1234
 
 def _evaluate(server, folder: Path, out: Path):
     """Score LIMIT items, then grow the result by one block, on one server."""
-    from quantkit.evals.grow import grow
-    from quantkit.evals.run import prepare, run_eval
+    from quantkit.evals.grow import grow_result
+    from quantkit.evals.run import prepare_eval, run_eval
 
-    first = run_eval(server, prepare(folder, TASK, limit=LIMIT, output_dir=out / "first"))
-    grown = grow(server, prepare(folder, TASK, limit=LIMIT, output_dir=out / "grown"), first,
-                 {TASK: LIMIT + STEP}, {TASK: (SEED, STEP)})
+    first = run_eval(server, prepare_eval(folder, TASK, limit=LIMIT, output_dir=out / "first"))
+    grown = grow_result(server, prepare_eval(folder, TASK, limit=LIMIT, output_dir=out / "grown"), first,
+                        {TASK: LIMIT + STEP}, {TASK: (SEED, STEP)})
     return first, grown
 
 

@@ -99,7 +99,7 @@ def test_cli_gates_without_baseline_exit_2(tmp_path):
 
 
 def _generated(tmp_path: Path, data_dir: Path, names: list[str]) -> evals_tasks.TaskSetup:
-    return evals_tasks.prepare(evals_tasks.resolve(",".join(names)), data_dir, tmp_path / "cfg")
+    return evals_tasks.prepare_tasks(evals_tasks.resolve(",".join(names)), data_dir, tmp_path / "cfg")
 
 
 def test_offline_configs_point_at_existing_files_and_stock_templates(tmp_path, data_dir):
@@ -148,7 +148,7 @@ def test_offline_tasks_load_with_the_readme_row_counts(tmp_path, data_dir):
 
 
 def test_online_mode_indexes_the_stock_task_directories(tmp_path):
-    setup = evals_tasks.prepare(evals_tasks.resolve("arc_easy,mmlu"), None, tmp_path / "cfg")
+    setup = evals_tasks.prepare_tasks(evals_tasks.resolve("arc_easy,mmlu"), None, tmp_path / "cfg")
     root = evals_tasks.lm_eval_tasks_dir()
     assert setup.include_paths == [root / "arc", root / "mmlu/default"]
     assert setup.sources["arc_easy"].source == "hub"
@@ -172,7 +172,7 @@ def test_limit_larger_than_the_split_scores_the_whole_split_with_a_warning(tmp_p
     # The limit is checked (and warned about) before anything else; the empty model folder then
     # stops the run.
     with pytest.raises(QuantkitError):
-        evals_run.prepare(model, "boolq", limit=5000, output_dir=tmp_path / "out")
+        evals_run.prepare_eval(model, "boolq", limit=5000, output_dir=tmp_path / "out")
     warned = " ".join(capsys.readouterr().err.split())  # the console wraps long lines
     assert "--limit 5000 is more than boolq's validation split (3270 items); all 3270 are scored" in warned
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
@@ -350,7 +350,7 @@ def test_lm_eval_result_block_becomes_metrics_with_stderr():
     block = {"alias": "wikitext", "sample_len": 62, "word_perplexity,none": 33.98, "word_perplexity_stderr,none": "N/A",
              "acc,none": 0.41, "acc_stderr,none": 0.0494, "exact_match,strict-match": 0.0,
              "exact_match_stderr,strict-match": 0.0}
-    metrics = evals_run._metrics(block)
+    metrics = evals_run._reported_metrics(block)
     assert set(metrics) == {"word_perplexity,none", "acc,none", "exact_match,strict-match"}
     assert metrics["word_perplexity,none"].stderr is None
     assert metrics["acc,none"] == evals_results.Metric(value=0.41, stderr=0.0494)

@@ -89,7 +89,7 @@ def test_order_of_follows_a_result_that_grew_already():
 
 
 def fake_grow(server, plan, previous, goal, orders):
-    """What evals.grow.grow does, scoring from `truth`: the stored items plus the next blocks."""
+    """What evals.grow.grow_result does, scoring from `truth`: the stored items plus the next blocks."""
     run = previous.model_copy(deep=True)
     variant = Path(plan).name
     for i, task in enumerate(run.tasks):
@@ -112,8 +112,8 @@ def phase(tmp_path, monkeypatch):
     def no_server(folder, serve):
         yield None
 
-    monkeypatch.setattr("quantkit.evals.grow.grow", fake_grow)
-    monkeypatch.setattr("quantkit.evals.run.prepare", lambda folder, *a, **k: str(folder))
+    monkeypatch.setattr("quantkit.evals.grow.grow_result", fake_grow)
+    monkeypatch.setattr("quantkit.evals.run.prepare_eval", lambda folder, *a, **k: str(folder))
     monkeypatch.setattr("quantkit.serve.server.VLLMServer", no_server)
     monkeypatch.setattr(pipeline_grow, "checkpoint_dir", lambda ctx, entry: tmp_path / entry.label())
 
