@@ -84,7 +84,8 @@ def test_capacity_search_finds_a_bracket_and_keeps_every_point(server, smollm2_d
 
 
 def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_path):
-    settings = CapacitySettings(**{**SETTINGS, "max": 8}, early_stop=False)
+    # 48-token outputs: the c=8 point lasts seconds, not one, so the 1-s /metrics readings see its queue
+    settings = CapacitySettings(**{**SETTINGS, "max": 8, "output_len": 48, "waves": 3}, early_stop=False)
     loose = parse_slo("ttft_p95=600,tpot_p95=60")  # met everywhere: the search climbs to the top
     result = run_capacity(server, smollm2_dir, loose, settings, out_dir=tmp_path)
     # on 2 cores the CPU server can starve the client (its API process shares a core with it): the
