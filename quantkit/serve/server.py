@@ -48,6 +48,7 @@ from ..console import begin_activity, end_activity, info as log_info, sigterm_as
 from ..errors import BackendError, UsageError
 from .config import ServeConfig
 from .formats import check_quantization_flag
+from .group import group_alive, killpg
 from ..machine import has_gpu
 from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, raise_if_refused, serve_env,
                   supported_architectures, vllm_command)
@@ -303,17 +304,17 @@ class VLLMServer:
         proc, pgid = self.proc, self.pgid
         if proc is not None and pgid is not None:
             try:
-                _killpg(pgid, signal.SIGTERM)
+                killpg(pgid, signal.SIGTERM)
                 deadline = time.monotonic() + grace
                 while time.monotonic() < deadline:
-                    if proc.poll() is not None and not _group_alive(pgid):
+                    if proc.poll() is not None and not group_alive(pgid):
                         break
                     time.sleep(0.1)
                 # the leader may be gone while an EngineCore or worker is not: kill the group
                 for _ in range(50):
-                    if not _group_alive(pgid):
+                    if not group_alive(pgid):
                         break
-                    _killpg(pgid, signal.SIGKILL)
+                    killpg(pgid, signal.SIGKILL)
                     proc.poll()
                     time.sleep(0.1)
                 try:
@@ -322,7 +323,7 @@ class VLLMServer:
                     pass
             except KeyboardInterrupt:
                 # a second Ctrl-C during teardown: do not leave the group behind for it
-                _killpg(pgid, signal.SIGKILL)
+                killpg(pgid, signal.SIGKILL)
                 raise
             finally:
                 with _LIVE_LOCK:
@@ -353,23 +354,6 @@ class VLLMServer:
 
     def log_tail(self, n: int = 20) -> str:
         return "\n".join(self._read_log().splitlines()[-n:])
-
-
-def _killpg(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class RemoteServer:

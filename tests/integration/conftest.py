@@ -12,11 +12,11 @@
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
 import pytest
+from fixtures.groups import group_gone
 from fixtures.idle import wait_idle
 
 from quantkit.serve.config import ServeConfig
@@ -34,11 +34,7 @@ def bf16_server(smollm2_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-logs") / "bf16-shared.log"
     with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=log) as server:
         yield server
-    try:
-        os.killpg(server.pgid, 0)
-    except ProcessLookupError:
-        return
-    raise AssertionError("the shared server's process group outlived the context manager")
+    assert group_gone(server.pgid), "the shared server's process group outlived the context manager"
 
 
 @pytest.fixture

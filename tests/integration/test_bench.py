@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.groups import group_gone
 from fixtures.idle import wait_busy
 
 from quantkit.measure.bench import bench, run_bench
@@ -32,14 +33,6 @@ from quantkit.measure.workload import PromptSource
 pytestmark = pytest.mark.integration
 
 QUANTKIT = [sys.executable, "-m", "quantkit"]
-
-
-def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 @pytest.fixture
