@@ -10,7 +10,7 @@ the model's own.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any, List, Optional
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -115,3 +115,7 @@ WindowWarmup = Annotated[Optional[float], settings_option(
 Confidence = Annotated[Optional[float], settings_option(
     WindowSettings, "confidence", "--confidence",
     help=f"Capacity search: confidence of a point's pass or fail verdict (default {WindowSettings().confidence:g}).")]
+Span = Annotated[Optional[List[str]], typer.Option(
+    "--span", help="Capacity search: also bracket this SLO or tier (mlperf-server, interactive) on the same ladder, "
+                   "measuring only the loads it lacks; repeatable. `quantkit compare --slo` then answers it.")]
+OPTION_OF_FIELD["span"] = "--span"

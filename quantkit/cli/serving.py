@@ -13,7 +13,7 @@ from ..console import run_command, stderr, stdout
 from ..models import local_folder
 from . import app
 from .capacity_options import (CAPACITY_DEFAULTS, OPTION_OF_FIELD, CapacityMax, CapacityProfile, CapacityStart,
-                               Confidence, InputLen, OutputLen, Tolerance, Waves, WindowMax, WindowMin, WindowWarmup,
+                               Confidence, InputLen, OutputLen, Span, Tolerance, Waves, WindowMax, WindowMin, WindowWarmup,
                                num_prompts_option)
 from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, positive_list, serving_options
 
@@ -84,6 +84,7 @@ def bench(
     capacity_start: CapacityStart = CAPACITY_DEFAULTS.start,
     capacity_max: CapacityMax = CAPACITY_DEFAULTS.max,
     waves: Waves = CAPACITY_DEFAULTS.waves,
+    span: Span = None,
     url: Optional[str] = typer.Option(None, "--url", help="Measure this running OpenAI-compatible server instead of starting one."),
     results_dir: Optional[Path] = typer.Option(None, "--results-dir", help="Where the JSON goes (default MODEL_DIR/quantkit-bench)."),
     port: Port = None,
@@ -105,7 +106,7 @@ def bench(
             return _capacity(model_dir, parse_slo(slo), url=url, config=serve.config(), port=port,
                              startup_timeout=startup_timeout, out_dir=results_dir, profile=capacity_profile,
                              tolerance=tolerance, start=capacity_start, maximum=capacity_max, waves=waves,
-                             window=dict(min_s=window_min, max_s=window_max, warmup_s=window_warmup,
+                             span=span or [], window=dict(min_s=window_min, max_s=window_max, warmup_s=window_warmup,
                                          confidence=confidence),
                              input_len=input_len, output_len=output_len, max_requests=num_prompts, seed=seed,
                              warmup=warmup, progress=not (json or quiet), extra=(concurrency, rate, sweep, dataset))
@@ -120,7 +121,7 @@ def bench(
     run_command(body, mode(json, quiet), _print_any)
 
 
-def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, window, input_len, output_len,
+def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, span, window, input_len, output_len,
               max_requests, seed, warmup, progress, extra, **server):
     from ..errors import UsageError, validation_as_usage_error
     from ..measure import profiles
@@ -143,7 +144,7 @@ def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, wind
             chosen = type(chosen).model_validate(chosen.model_dump())  # model_copy does not validate
         settings = CapacitySettings(profile=profile, tolerance=tolerance, start=start, max=maximum, waves=waves,
                                     input_len=input_len, output_len=output_len, max_requests=max_requests, seed=seed,
-                                    warmup=warmup, window=chosen)
+                                    warmup=warmup, window=chosen, span=span)
     return capacity(model_dir, slo, settings, on_point=_progress if progress else None, **server)
 
 

@@ -41,7 +41,7 @@ from .metrics import PointMonitor, Scrape, slope
 from .point import BenchPoint, RequestResult, percentile
 from .search import CapacitySearch, Verdict, search_capacity
 from .slo import Slo
-from . import profiles
+from . import profiles, tiers
 from .confidence import requests_needed
 from .window import WindowSettings, WindowStop
 from .workload import PromptSource, poisson_schedule
@@ -79,11 +79,24 @@ class CapacitySettings(BaseModel):
     interval_s: float = Field(1.0, gt=0)  # /metrics scrape interval
     early_stop: bool = True
     window: WindowSettings | None = None
+    # more SLOs (tier names of tiers.py, or SLO strings) the ladder should bracket as well: after the
+    # search under the main SLO, each gets the points it lacks, so one ladder answers all of them
+    span: list[str] = Field(default_factory=list)
 
     @field_validator("profile", mode="before")
     @classmethod
     def _alias(cls, value: Any) -> Any:
         return profiles.ALIASES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("span")
+    @classmethod
+    def _known_slos(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                tiers.resolve(item)
+            except UsageError as exc:
+                raise ValueError(exc.message) from None
+        return value
 
     @property
     def axis(self) -> str:
@@ -127,6 +140,9 @@ class CapacityResult(BaseModel):
     points_spent: int = 0
     complete: bool = False
     error: str | None = None
+    spans: dict[str, Any] = Field(default_factory=dict)  # settings.span: each SLO's capacity, ceiling, reason
+    derived_from: str | None = None  # re-derived from a ladder measured under this SLO (ladder.py), not measured under `slo`
+    coverage_note: str | None = None  # re-derived: what the ladder cannot tell under `slo`, and what to run
     path: str | None = None
 
     def write(self) -> None:
@@ -247,6 +263,9 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     settings = settings or CapacitySettings()
     if settings.max < settings.start:
         raise UsageError(f"capacity range {settings.start:g}..{settings.max:g}: the start is above the maximum")
+    if settings.span and not profiles.get(settings.profile).steady:
+        raise UsageError(f"capacity span {', '.join(settings.span)} needs a steady-state profile (poisson or "
+                         "concurrency): a burst's points have no windows to judge again")
     model_dir = Path(model_dir).expanduser().absolute()
     prompts = prompts or PromptSource(model_dir, settings.input_len, seed=settings.seed)
     profile = profiles.get(settings.profile)
@@ -275,16 +294,19 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     index = itertools.count()
     prefix = f"{label}: " if label else ""
 
-    needed = requests_needed(slo, window.confidence)
+    spans = [tiers.resolve(item) for item in settings.span]
+    # every point must be able to pass the strictest SLO it will be judged under (a p99 needs ~300 requests)
+    needed = max(requests_needed(s, window.confidence) for s in [slo, *(x for _, x in spans)])
+    kept: dict[float, BenchPoint] = {}  # load -> point with its requests, to judge again under the spans
 
-    def measure(load: float) -> Verdict:
+    def measure_at(load: float, slo: Slo, why: str = "") -> BenchPoint:
         plan = profile.plan(load, settings, window, request_s, needed)
         number = next(index)
         what = profile.label(load)
         size = f"{plan.requests} requests" if plan.window is None else (
             f"window {plan.window.min_s:g}-{plan.window.max_s:g} s after a {plan.window.warmup_s:g} s warm-up"
             + (f" (stretched: a pass needs {needed} requests)" if plan.window.max_s > window.max_s else ""))
-        info(f"{prefix}capacity point {number + 1}: {what}, {size}")
+        info(f"{prefix}capacity point {number + 1}: {what}, {size}{why}")
         if plan.window is not None:  # an open loop's stop rule counts the sends from the same schedule
             offsets = poisson_schedule(plan.requests, plan.rate, settings.seed + number) if plan.rate else None
             stop = lambda monitor, w=plan.window: WindowStop(slo, w, offsets)  # noqa: E731
@@ -298,6 +320,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         point.load_profile = profile.name
         if on_point:
             on_point(point)  # the store keeps every request (point.samples); the result keeps the figures
+        kept[float(load)] = point  # with its requests
         point = point.model_copy(update={"samples": None})
         result.points.append(point)
         result.points_spent = len(result.points)
@@ -307,21 +330,50 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
             result.write()
             raise BackendError(f"{result.error}; {len(result.points)} points kept in {result.path}")
         info(f"{prefix}  {what}: {describe_point(point)}")
-        return verdict_of(point, slo)
+        return point
+
+    def search(measure: Callable[[float], Verdict], start: float | None) -> CapacitySearch:
+        return search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
+                               integer=profile.axis == "concurrency", start=start,
+                               max_growth=STEADY_GROWTH if profile.steady else 8.0)
 
     try:
         if start is None and profile.axis == "rate":  # begin near 4 requests in flight, not at the range's floor
             start = min(settings.max, max(settings.start, float(f"{4.0 / request_s:.3g}")))
-        search = search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
-                                 integer=profile.axis == "concurrency", start=start,
-                                 max_growth=STEADY_GROWTH if profile.steady else 8.0)
+        found = search(lambda load: verdict_of(measure_at(load, slo), slo), start)
+        for name, extra in spans:  # the main SLO's answer is `found`, whatever points the spans add
+            spanned = span_search(extra, name, kept, window, search,
+                                  lambda load, x=extra, n=name: measure_at(load, x, f" (for {n})"), found.capacity)
+            result.spans[name] = spanned.model_dump(mode="json", include={"capacity", "ceiling", "reason"})
+            result.write()
     finally:
         if gpus is not None:
             gpus.close()
-    finish(result, search)
+    finish(result, found)
     result.write()
     info(f"{prefix}{result.summary()}")
     return result
+
+
+def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: WindowSettings, search: Callable,
+                measure_at: Callable[[float], BenchPoint], near: float | None) -> CapacitySearch:
+    """Search the ladder for `slo` too: a load the ladder holds is judged again from its requests
+    (ladder.judge_step), only the loads it lacks are measured (and judged live under `slo`)."""
+    from .ladder import judge_step, start_from  # ladder reads CapacityResult: imported here, not above
+
+    def measure(load: float) -> Verdict:
+        if float(load) not in kept:
+            measure_at(load)  # kept, with its requests, by measure_at
+        step = judge_step(kept[float(load)], slo, window)
+        undecided_pass = step.state == "undecided" and step.margin is not None and step.margin <= 1.0
+        return Verdict(passed=step.state == "pass" or undecided_pass, margin=step.margin,
+                       trusted=step.state != "untrusted", decided=step.state in ("pass", "fail", "saturated"),
+                       state=step.state if step.state in ("pass", "fail", "saturated") else None)
+
+    found = search(measure, start_from([judge_step(p, slo, window) for p in kept.values()]) or near)
+    info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
+                                       else f"not met ({found.reason})"))
+    return found
 
 
 def idle_request_s(warm: list[RequestResult], output_len: int) -> float:

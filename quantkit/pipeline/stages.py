@@ -103,7 +103,9 @@ def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
 
 
 def capacity_key(ctx: RunContext, fingerprint: str) -> str:
-    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=ctx.plan.capacity.model_dump(),
+    # an empty span is left out, so that stores written before spans keep their keys (and resume)
+    settings = ctx.plan.capacity.model_dump(exclude=set() if ctx.plan.capacity.span else {"span"})
+    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=settings,
                    serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
 
 

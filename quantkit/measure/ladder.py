@@ -1,0 +1,200 @@
+"""Capacity under any SLO from a stored ladder of steady-state points, without measuring again.
+
+A capacity search leaves a ladder: one point per load it measured, each a steady-state window
+whose every request is kept (samples.py). Under another SLO the same windows are judged again by
+the rule a live point uses (confidence.judge at the point's confidence, `still_rising`, the
+window's minimum of requests), and the capacity is the highest load that passes below the lowest
+that fails. Nothing is re-measured, so what the ladder does not hold is said, with what to run:
+- the SLO is looser than every point measured: the capacity is at least the top point (`above`);
+- it is tighter than every point: the capacity lies below the lowest point (`below`);
+- the pass and the failure are further apart than the search's tolerance (`coarse`), or no point
+  decides (`undecided`).
+
+What a point cannot tell under any SLO stays as it was: a saturated point (arrivals outpace service;
+its percentiles grow with its length) fails every latency SLO, a client-limited one decides nothing.
+A point the search cut short (its verdict decided early) holds fewer requests, so a looser SLO may
+find it undecided. ITL terms are judged on each request's stored ITL p50/p95/max, not its every
+gap: an approximation said in the result. A burst ladder has no windows to judge and is refused.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from ..errors import UsageError
+from . import profiles
+from .capacity import CapacityResult, finish
+from .confidence import judge
+from .point import BenchPoint, WindowSettings
+from .samples import decode
+from .search import CapacitySearch, CapacityStep
+from .slo import Slo
+from .window import still_rising
+
+Coverage = Literal["bracketed", "coarse", "above", "below", "undecided"]
+
+
+class LadderStep(BaseModel):
+    """One stored point judged under the new SLO."""
+
+    load: float
+    state: Literal["pass", "fail", "undecided", "saturated", "untrusted"]
+    measured: int = 0
+    margin: float | None = None  # worst statistic / limit over the terms (<= 1 meets)
+    reasons: list[str] = Field(default_factory=list)
+    attainment: float | None = None  # share of the window's requests that met every term on their own
+    met: int | None = None  # ... and how many (goodput = met / the point's duration, as slo.Slo.judge)
+
+
+class Rederived(BaseModel):
+    """A capacity re-derived from a ladder: the result (as a CapacityResult) and how well it is covered."""
+
+    slo: str
+    measured_under: str
+    coverage: Coverage
+    note: str | None = None  # what the ladder cannot tell, and what to run to cover it
+    steps: list[LadderStep]
+    result: CapacityResult
+
+
+def judge_step(point: BenchPoint, slo: Slo, window: WindowSettings) -> LadderStep:
+    """A stored steady-state point's verdict under `slo`, from its kept requests."""
+    load = point.x
+    w = point.window
+    if w is not None and w.verdict == "saturated":
+        return LadderStep(load=load, state="saturated", measured=w.measured, reasons=[w.saturation or "saturated"])
+    if point.client_limited:
+        return LadderStep(load=load, state="untrusted", reasons=[point.client_limited_reason or "client-limited"])
+    if not point.samples:
+        return LadderStep(load=load, state="undecided", reasons=["the store kept no requests of this point"])
+    measured = [r for r, where in decode(point.samples) if where == "window"]
+    if not measured:
+        return LadderStep(load=load, state="undecided", reasons=["no request finished inside the window"])
+    verdict = judge(slo, measured, window.confidence)
+    state, reasons = verdict.decision, verdict.reasons()
+    if state == "pass" and (rising := still_rising(slo, measured)):
+        state, reasons = "undecided", [rising]
+    if state == "pass" and len(measured) < window.min_requests:
+        state = "undecided"
+        reasons.append(f"{len(measured)} requests in the window, fewer than the {window.min_requests} asked")
+    values = [t.value / t.limit for t in verdict.terms if t.value is not None and t.limit]
+    met = sum(1 for r in measured if slo.request_ok(r))
+    return LadderStep(load=load, state=state, measured=len(measured), margin=max(values, default=None),
+                      reasons=reasons, attainment=met / len(measured), met=met)
+
+
+def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any]], slo: Slo, *,
+             model_dir: str | None = None) -> Rederived:
+    """The capacity of `result`'s ladder under `slo`. `stored`: the store's points of its record,
+    with their requests (`BenchPoint.samples`). A record that is no steady-state ladder (a burst, or
+    one stored before ladders) raises UsageError saying why."""
+    if isinstance(result, dict):
+        try:
+            result = CapacityResult.model_validate(result)
+        except ValidationError:
+            raise UsageError("this capacity record cannot be judged again (stored by an older quantkit, or abridged); "
+                             "measure its ladder again: quantkit bench MODEL --capacity --slo ...") from None
+    settings = result.settings
+    profile = profiles.get(settings.profile)
+    try:
+        points = [BenchPoint.model_validate(p) for p in stored]
+    except ValidationError:
+        points = []  # abridged points: refused below, as a ladder without windows
+    if not profile.steady or not points or any(p.window is None for p in points):
+        raise UsageError(f"the capacity under {result.slo} was measured as bursts (c prompts sent at once), which have "
+                         "no steady-state windows to judge again; measure a steady-state ladder first: quantkit bench "
+                         "MODEL --capacity --capacity-profile poisson")
+    window = result.window or profiles.default_window(gpu=False)
+    steps = sorted((judge_step(p, slo, window) for p in points), key=lambda s: s.load)
+    coverage, capacity, ceiling = _cover(steps, settings.tolerance, profile.axis == "concurrency")
+    search = CapacitySearch(
+        capacity=capacity, ceiling=ceiling, tolerance=settings.tolerance, lo=steps[0].load, hi=steps[-1].load,
+        reason={"bracketed": "bracketed", "coarse": "bracketed", "above": "max_reached"}.get(
+            coverage, "untrusted" if any(s.state == "untrusted" for s in steps) else "below_min"),
+        steps=[CapacityStep(load=s.load, passed=s.state == "pass", margin=s.margin, trusted=s.state != "untrusted",
+                            decided=s.state in ("pass", "fail", "saturated"), state=s.state) for s in steps],
+        undecided=[s.load for s in steps if s.state == "undecided"])
+    by_load = {s.load: s for s in steps}
+    judged = []
+    for p in points:  # the points as the report reads them: this SLO's verdict, without the requests
+        s = by_load[p.x]
+        goodput = s.met / max(p.duration_s, 1e-9) if s.met is not None else None
+        judged.append(p.model_copy(update={"samples": None, "slo": str(slo), "slo_met": s.state == "pass",
+                                           "slo_violations": [] if s.state == "pass" else s.reasons,
+                                           "slo_attainment": s.attainment, "goodput_req_s": goodput}))
+    out = result.model_copy(update={"slo": str(slo), "points": judged, "capacity": None, "bound": None, "path": None})
+    finish(out, search)
+    note = _note(coverage, steps, capacity, ceiling, slo, profile, settings.tolerance,
+                 model_dir or result.model_dir)
+    if any(t.metric == "itl" for t in slo.terms):
+        note = ((note + " ") if note else "") + ("ITL is judged on each request's stored ITL p50/p95/max, not its "
+                                                 "every gap: an approximation.")
+    out.derived_from, out.coverage_note = result.slo, note
+    return Rederived(slo=str(slo), measured_under=result.slo, coverage=coverage, note=note, steps=steps, result=out)
+
+
+def _cover(steps: list[LadderStep], tolerance: float, integer: bool) -> tuple[Coverage, float | None, float | None]:
+    """(coverage, capacity, ceiling): the highest decided pass below the lowest decided failure (or
+    saturation) and below the lowest point that decides nothing (client-limited)."""
+    failed = [s.load for s in steps if s.state in ("fail", "saturated")]
+    untrusted = [s.load for s in steps if s.state == "untrusted"]
+    ceiling = min(failed, default=None)
+    limit = min([x for x in (ceiling, min(untrusted, default=None)) if x is not None], default=None)
+    passes = [s.load for s in steps if s.state == "pass" and (limit is None or s.load < limit)]
+    capacity = max(passes, default=None)
+    if capacity is None:
+        # below the ladder only if its lowest point itself breaks the SLO, not a point that could not decide
+        undecided_below = any(s.state == "undecided" and (limit is None or s.load < limit) for s in steps)
+        return ("below" if ceiling is not None and not undecided_below else "undecided"), None, ceiling
+    if ceiling is None:
+        return "above", capacity, None
+    # as the search: a bracket may end on an undecided load (near the bound a window may not decide);
+    # the ceiling reported stays the decided failure above it
+    edge = min(s.load for s in steps if s.load > capacity and s.state != "pass")
+    close = edge <= capacity * (1 + tolerance) + 1e-9 or (integer and edge - capacity <= 1)
+    return ("bracketed" if close else "coarse"), capacity, ceiling
+
+
+def start_from(steps: list[LadderStep]) -> float | None:
+    """Where a search for this SLO should begin on the ladder: its capacity there, else half the
+    lowest failure (None: no point decides)."""
+    steps = sorted(steps, key=lambda s: s.load)
+    _, capacity, ceiling = _cover(steps, 0.0, False)
+    if capacity is not None:
+        return capacity
+    return ceiling / 2 if ceiling is not None else None
+
+
+def _note(coverage: Coverage, steps: list[LadderStep], capacity: float | None, ceiling: float | None, slo: Slo,
+          profile: profiles.Profile, tolerance: float, model_dir: str) -> str | None:
+    run = f"quantkit bench {shlex.quote(model_dir)} --capacity --slo {shlex.quote(str(slo))}"
+    label = profile.label
+    if profile.name != "poisson":
+        run += f" --capacity-profile {profile.name}"
+    if coverage == "above":
+        blocked = [s.load for s in steps if s.load > capacity and s.state in ("untrusted", "undecided")]
+        why = (f" (above it, {label(blocked[0])} decides nothing: "
+               f"{next(s for s in steps if s.load == blocked[0]).reasons[0]})" if blocked else "")
+        return (f"the ladder does not cover {slo}: its highest point that decides, {label(capacity)}, still meets it{why}, "
+                f"so the capacity is at least that; to bracket it: {run} --capacity-start {capacity:g}")
+    if coverage == "below":
+        low = steps[0].load
+        return (f"the ladder does not cover {slo}: its lowest point, {label(low)}, already breaks it, so the capacity "
+                f"lies below; to find it: {run} --capacity-start {_lower(low, profile):g} --capacity-max {low:g}")
+    if coverage == "coarse":
+        return (f"the ladder brackets the capacity under {slo} only to {label(capacity)}..{label(ceiling)}, wider than "
+                f"the {tolerance:.0%} tolerance; to narrow it: {run} --capacity-start {capacity:g} "
+                f"--capacity-max {ceiling:g}")
+    if coverage == "undecided":
+        below = f" below {label(ceiling)}" if ceiling is not None else ""
+        return (f"no point of the ladder{below} decides {slo} at its confidence (too few requests in its windows "
+                f"for the percentiles it asks); measure it, with windows long enough for them: {run}")
+    return None
+
+
+def _lower(load: float, profile: profiles.Profile) -> float:
+    low = load / 4
+    return max(1.0, float(round(low))) if profile.axis == "concurrency" else float(f"{low:.3g}")
