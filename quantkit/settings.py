@@ -156,3 +156,20 @@ def request_timeout() -> float:
     """Seconds one load-test request may take before it fails as unanswered
     (QUANTKIT_REQUEST_TIMEOUT; default 600: a long generation under a deep queue takes minutes)."""
     return _seconds("QUANTKIT_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, example=120)
+
+
+def price_per_hour() -> float | None:
+    """What the machine serving a variant costs per hour (QUANTKIT_PRICE_PER_HOUR, e.g. a GPU-hour's
+    price; `quantkit compare --price-per-hour` wins): the report then adds the cost per million output
+    tokens at each capacity. None by default: no price is assumed."""
+    value = os.environ.get("QUANTKIT_PRICE_PER_HOUR", "")
+    if not value:
+        return None
+    try:
+        price = float(value)
+    except ValueError:
+        price = 0.0
+    if not 0 < price < float("inf"):
+        raise SetupError(f"QUANTKIT_PRICE_PER_HOUR={value} is not a positive price; set it e.g. to 3.5 "
+                         "(per hour, in your currency), or unset it")
+    return price

@@ -105,21 +105,31 @@ def compare(
     bandwidth: Optional[float] = typer.Option(None, "--bandwidth-gbs", help="Device memory bandwidth for the batch-1 bound."),
     workload: Optional[str] = typer.Option(None, "--workload", help="Capacity of this workload, IN/OUT tokens (e.g. 4096/512); default: the newest measured."),
     accuracy_from: Optional[str] = typer.Option(None, "--accuracy-from", help="Variants not evaluated take recovery and gates from this stored model's evals of the same methods (a proxy, said in the report)."),
+    run_gates: bool = typer.Option(True, "--run-gates/--no-run-gates", help="Without --min-recovery, apply the gates the run itself used (stored with its evals)."),
+    price: Optional[float] = typer.Option(None, "--price-per-hour", help="What the serving machine (e.g. one GPU) costs per hour: the SLO-tier table adds the cost per million output tokens (or QUANTKIT_PRICE_PER_HOUR)."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="Capacity under this SLO (or tier: mlperf-server, interactive), judged again from the stored ladders without measuring; says what to run where a ladder does not cover it."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
     """Write the precision-versus-throughput report (Markdown, HTML, JSON) from the store alone.
 
-    With --accuracy-from P, a model with random weights (speed only) is gated on P's accuracy."""
+    With --accuracy-from P, a model with random weights (speed only) is gated on P's accuracy.
+    With --slo S, every capacity is re-derived under S from the points already stored."""
+    from ..errors import UsageError
+    from ..measure.tiers import resolve
     from ..report.gather import compare as do_compare, parse_workload
     from ..store import Store
 
     def body():
         lengths = parse_workload(workload) if workload else None
+        wanted = resolve(slo)[1] if slo else None
+        if price is not None and not price > 0:
+            raise UsageError(f"--price-per-hour {price:g} is not a positive price; give what the machine costs an hour, e.g. 3.5")
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output, workload=lengths,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth,
-                                accuracy_from=accuracy_from)
+                                accuracy_from=accuracy_from, slo=wanted, stored_gates=run_gates,
+                                price_per_hour=price)
         decision = result["report"].decision
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
                 "gates_passed": result["gates_passed"], "gate_verdict": result["gate_verdict"],

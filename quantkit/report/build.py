@@ -33,6 +33,7 @@ from ..evals.gates import GateVerdict, overall_verdict
 from ..serve.config import args_of
 from ..serve.log import QUANT_NOISE
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
+from .tiers import TierResult
 from .figures import lookup_bandwidth, pareto_front
 
 SCHEMA_VERSION = 1
@@ -80,6 +81,10 @@ class Point(BaseModel):
     itl_p50: float | None = None
     itl_p95: float | None = None
     tpot_p50: float | None = None
+    ttft_p99: float | None = None
+    tpot_p95: float | None = None
+    tpot_p99: float | None = None
+    verdict: str | None = None  # a steady-state window's: pass, fail, undecided, saturated
     successes: int = 0
     failures: int = 0
     partial: bool = False
@@ -135,6 +140,7 @@ class Row(BaseModel):
     serve_args: list[str] = Field(default_factory=list)  # the `vllm serve` flags the bench set
     tensor_parallel: int = 1
     points: list[Point] = Field(default_factory=list)
+    ladder: list[Point] = Field(default_factory=list)  # the capacity search's points (steady-state windows)
     c1: Point | None = None
     top: Point | None = None  # the knee point, or the highest load measured
     top_kind: Literal["knee", "highest", "capacity"] | None = None
@@ -205,6 +211,8 @@ class Report(BaseModel):
     slo: str | None = None
     slo_definition: str | None = None
     decision: Decision | None = None  # the recommended deployment (report/decision.py)
+    tiers: list[TierResult] = Field(default_factory=list)  # each SLO tier's capacities and decision (tiers.py)
+    price_per_hour: float | None = None  # of the serving machine: the tier table's cost per million output tokens
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,7 +251,8 @@ def _points(bench: dict) -> list[Point]:
             output_tok_s=_num(p.get("output_tok_s")) if p.get("successes") else None,
             ttft_p50=_stat(p, "ttft", "p50"), ttft_p95=_stat(p, "ttft", "p95"),
             itl_p50=_stat(p, "itl", "p50"), itl_p95=_stat(p, "itl", "p95"), tpot_p50=_stat(p, "tpot", "p50"),
-            successes=int(p.get("successes") or 0), failures=int(p.get("failures") or 0),
+            ttft_p99=_stat(p, "ttft", "p99"), tpot_p95=_stat(p, "tpot", "p95"), tpot_p99=_stat(p, "tpot", "p99"),
+            verdict=(p.get("window") or {}).get("verdict"), successes=int(p.get("successes") or 0), failures=int(p.get("failures") or 0),
             partial=bool(p.get("partial")), client_limited=bool(p.get("client_limited")),
             client_limited_reason=p.get("client_limited_reason"),
         ))
@@ -350,7 +359,7 @@ def _row(v: Variant) -> Row:
         convert_time_s=_num((v.convert or {}).get("wall_time_s")), kernels=_kernel_lines(server),
         vllm_version=server.get("vllm_version"), workload=bench.get("workload"),
         serve_args=_serve_args(serve_config), tensor_parallel=tp,
-        points=points, c1=c1, top=top, top_kind=top_kind, scores=scores, perplexity=ppl,
+        points=points, ladder=[p for p in cap_points if p.verdict is not None], c1=c1, top=top, top_kind=top_kind, scores=scores, perplexity=ppl,
         recovery=rec, recovery_stderr=rec_se, recovery_low=rec_low, recovery_high=rec_high,
         recovery_method=recovery.get("mean_method"),
         recovery_independent_stderr=_num(recovery.get("mean_independent_stderr")),
@@ -401,8 +410,11 @@ def _plots(rows: list[Row]) -> list[PlotInfo]:
         if any(r.capacity is not None or r.capacity_tuned is not None for r in live) else \
         info("recovery_vs_throughput", "Accuracy recovery vs output throughput (Pareto front)", scatter,
              "both accuracy recovery and a measured throughput")
+    ladders = [r for r in live if any(p.verdict not in (None, "saturated") for p in r.ladder)]
+    steady = [info("latency_vs_offered_load", "TTFT and TPOT p95/p99 vs offered load, with the SLO tiers' limits",
+                   ladders, "an unsaturated steady-state point")] if any(r.ladder for r in live) else []
     return [
-        first,
+        first, *steady,
         info("itl_vs_throughput", "Latency-throughput: ITL p95 vs output tok/s", curves, "bench points with ITL"),
         info("ttft_vs_concurrency", "TTFT vs concurrency", ttft, "concurrency points with TTFT"),
     ]

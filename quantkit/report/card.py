@@ -20,6 +20,7 @@ from ..serve.config import KNOBS, ServeConfig, args_of
 from ..store import Record, Store
 from ..evals.gates import GateVerdict
 from .gather import Evidence
+from .card_capacity import capacity_lines
 from .render import fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str
 
 # The card's word for a measurement that is not stored (the report's tables print "—"); every
@@ -376,6 +377,8 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
             out += [operating, ""]
         if server.get("quant_lines"):
             out += ["Kernels vLLM chose: " + "; ".join(f"`{line}`" for line in server["quant_lines"]), ""]
+
+    out += capacity_lines(store, ev)
 
     # how to serve
     args, why = _serve_command(name, ev)

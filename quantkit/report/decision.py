@@ -48,6 +48,17 @@ class CapacityCell(BaseModel):
     trials: int | None = None  # tuned: trials and servers behind it
     servers: int | None = None
     blocker: str | None = None  # below_min: what the lowest load broke
+    ceiling: float | None = None  # the lowest load that broke the SLO above `load`
+    edge: float | None = None  # the nearest load above `load` that did not pass (the ceiling, or an undecided one)
+
+    @property
+    def coarse(self) -> bool:
+        """The bracket is wider than the tolerance (a ladder re-derived under another SLO may be)."""
+        edge = self.edge if self.edge is not None else self.ceiling
+        if self.load is None or edge is None:
+            return False
+        integer = self.profile in ("concurrency", "burst")  # whole concurrencies: c and c+1 is a bracket
+        return edge > self.load * (1 + self.tolerance) + 1e-9 and not (integer and edge - self.load <= 1)
 
     @property
     def goodput(self) -> float:
@@ -59,8 +70,9 @@ class CapacityCell(BaseModel):
             return "none"
         from ..measure import profiles
 
-        unit = profiles.get(self.profile).label(self.load) if self.profile in (*profiles.PROFILES, *profiles.ALIASES) \
-            else f"{self.load:g}"
+        known = self.profile in (*profiles.PROFILES, *profiles.ALIASES)
+        value = f"{self.load:g}" + (f"-{self.ceiling:g}" if self.coarse else "")  # a bracket wider than the tolerance
+        unit = profiles.get(self.profile).unit.format(load=value) if known else value
         return unit + ("+" if self.reason == "max_reached" else "")
 
 
@@ -78,7 +90,9 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
 
     cell = CapacityCell(
         config=config, slo=result.get("slo") or "", profile=settings.get("profile", "burst"),
-        load=cap.get("load"), reason=search.get("reason"), req_s=cap.get("req_s"), output_tok_s=cap.get("output_tok_s"),
+        load=cap.get("load"), reason=search.get("reason"), ceiling=search.get("ceiling") if cap else None,
+        edge=_edge(cap.get("load"), search),
+        req_s=cap.get("req_s"), output_tok_s=cap.get("output_tok_s"),
         goodput_req_s=cap.get("goodput_req_s"), tolerance=float(settings.get("tolerance") or 0.10),
         points=int(result.get("points_spent") or len(result.get("points") or [])),
         bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"),
@@ -97,6 +111,13 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
         elif result.get("error"):
             cell.blocker = result["error"]
     return cell
+
+
+def _edge(load: float | None, search: dict[str, Any]) -> float | None:
+    if load is None:
+        return None
+    above = [x for x in [*(search.get("undecided") or []), search.get("ceiling")] if x is not None and x > load]
+    return min(above, default=None)
 
 
 def _where(point: dict[str, Any]) -> str:
@@ -155,9 +176,16 @@ class Decision(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
-def _tie_key(c: Candidate) -> tuple:
-    return (-(c.recovery if c.recovery is not None else -1.0), c.cell.config != "defaults", len(c.cell.serve_args),
-            c.size_bytes or 0, c.variant)
+def _tie_key(band: list[Candidate]):
+    # the baseline's recovery is 1.0 by definition: it does not out-rank a variant that passed its gate
+    # (as accurate as the gate can tell), so it ranks with the best of them and flags, then size, decide
+    passed = [c.recovery for c in band if c.gate == "pass" and c.recovery is not None]
+
+    def key(c: Candidate) -> tuple:
+        recovery = max(passed) if c.gate == "reference" and passed else c.recovery
+        return (-(recovery if recovery is not None else -1.0), c.cell.config != "defaults", len(c.cell.serve_args),
+                c.size_bytes or 0, c.variant)
+    return key
 
 
 def decide(rows: list[Any]) -> Decision:
@@ -205,7 +233,7 @@ def decide(rows: list[Any]) -> Decision:
     if eligible:
         top = max(c.cell.goodput for c in eligible)
         band = [c for c in eligible if c.cell.goodput >= top / (1 + max(c.cell.tolerance for c in eligible))]
-        best = min(band, key=_tie_key)
+        best = min(band, key=_tie_key(band))
         ratio = best.cell.goodput / base_goodput if base_goodput > 0 else None
         versus = (f"{ratio:.2f} x bf16 on vLLM defaults" if ratio is not None else
                   "bf16 on vLLM defaults has no trusted capacity (quantkit's client was limited)"
@@ -220,8 +248,11 @@ def decide(rows: list[Any]) -> Decision:
                    f"within {best.cell.slo} at {best.cell.load_text()}, {versus}{rec}"
                    + (f"; bound: {best.cell.bound}" if best.cell.bound else ""))
         if len(band) > 1:
+            rivals = ", ".join(f"{c.variant} ({c.cell.label}) {c.cell.goodput:.2f}" for c in band if c is not best)
+            summary += (f"; a tie within the search tolerance with {rivals} requests/s: "
+                        "a gate passed (or the higher recovery), then fewer flags, then the smaller checkpoint decided")
             notes.append(f"{len(band)} configurations are within the search tolerance of the highest goodput: "
-                         "the higher recovery, then fewer flags, decided")
+                         f"{best.variant} and {rivals}; the capacities do not separate them")
         return Decision(status="recommended", slo=best.cell.slo, summary=summary, recommended=best, ratio_vs_baseline=ratio,
                         baseline=baseline_cell, candidates=candidates, notes=notes)
     if meeting:  # the SLO is met, but not by a variant that passes the gates

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import settings
 from ..checkpoint import RECORD_FILE, method_of, weight_bytes
 from ..errors import UsageError
 from ..models import BUILTIN_PROVENANCE
@@ -188,7 +189,14 @@ def environment(variants: list[Any]) -> dict[str, Any]:
 
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
-            workload: tuple | None = None, accuracy_from: str | None = None) -> dict[str, Any]:
+            workload: tuple | None = None, accuracy_from: str | None = None, slo: Any = None,
+            stored_gates: bool = True, price_per_hour: float | None = None) -> dict[str, Any]:
+    """The report of a model's stored results; `slo` (a measure.slo.Slo) re-derives every capacity
+    under it from the stored ladders (ladders.py) instead of showing the SLO they were measured under.
+    Without `gates`, the gates the run itself used (stored with its evals) apply, unless `stored_gates`
+    is False; the report says which applied."""
+    from .ladders import apply_slo
+    from .tiers import tier_results
     from .proxy import borrow_accuracy
     from .render import write_report
 
@@ -196,13 +204,23 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     base = by_variant.get("baseline", {}).get("eval")
     baseline_eval = base.result if base is not None and base.status == "done" else None
     gates = {k: v for k, v in (gates or {}).items() if v}
+    if gates:
+        notes = notes + [f"gates: {gates_text(gates)} (given for this report)"]
+    elif stored_gates and (run_gates := gates_of_run(by_variant)):
+        gates = run_gates
+        notes = notes + [f"gates: {gates_text(gates)}, the run's own (stored with its evals; "
+                         "`quantkit compare --min-recovery X` sets others, `--no-run-gates` none)"]
     variants = [variant_of(store, name, stages, baseline_eval, gates) for name, stages in by_variant.items()]
     if accuracy_from:
         notes = notes + borrow_accuracy(store, model, accuracy_from, variants, gates)
+    if slo is not None:
+        notes = notes + apply_slo(store, by_variant, variants, slo)
     recipe_hashes = sorted({s.recipe_hash for st in by_variant.values() for s in st.values() if s.recipe_hash})
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
                           recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs,
                           baseline_provenance=baseline_provenance(model, variants), notes=notes)
+    report.tiers = tier_results(store, by_variant, variants, report.rows)
+    report.price_per_hour = price_per_hour if price_per_hour is not None else settings.price_per_hour()
     out = Path(out_dir) if out_dir else Path("reports") / model
     paths = write_report(report, out)
     gated = {row.name: row.gate for row in report.rows if row.gate in VERDICTS}
@@ -215,6 +233,23 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
             "gate_verdict": overall_verdict(list(gated.values())), "verdicts": gated, "gate_counts": counts,
             "variants": [{"name": v.name, "status": v.status, "error": v.error, "accuracy_from": v.accuracy_from}
                          for v in variants]}
+
+
+def gates_of_run(by_variant: dict[str, dict[str, Record]]) -> dict[str, Any]:
+    """The gates the newest stored eval of a quantized variant was run with (the recipe's), or {}."""
+    evals = sorted((stages["eval"] for name, stages in by_variant.items() if name != "baseline" and "eval" in stages),
+                   key=lambda r: r.id)
+    for record in reversed(evals):
+        gates = {k: v for k, v in ((record.params or {}).get("gates") or {}).items() if v}
+        if gates:
+            return gates
+    return {}
+
+
+def gates_text(gates: dict[str, Any]) -> str:
+    parts = [f"{k}={v:g}" for k, v in gates.items() if isinstance(v, (int, float))]
+    parts += [f"{task}>={v:g}" for task, v in (gates.get("tasks") or {}).items()]
+    return ", ".join(parts)
 
 
 def baseline_provenance(model: str | None, variants: list[Variant]) -> str | None:

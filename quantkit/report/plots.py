@@ -14,23 +14,26 @@ if TYPE_CHECKING:
     from .build import Report
 
 WIDTH, HEIGHT, DPI = 8.0, 5.0, 110
+TWO_PANELS = {"latency_vs_offered_load"}
 
 
 def draw(name: str, report: "Report") -> bytes:
     """PNG bytes of the plot `name` (one of report.plots)."""
     fn = {"recovery_vs_throughput": _recovery_vs_throughput, "recovery_vs_capacity": _recovery_vs_capacity,
-          "itl_vs_throughput": _itl_vs_throughput,
+          "itl_vs_throughput": _itl_vs_throughput, "latency_vs_offered_load": _latency_vs_offered_load,
           "ttft_vs_concurrency": _ttft_vs_concurrency}[name]
     import matplotlib
 
     matplotlib.use("Agg", force=False)
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(WIDTH, HEIGHT), dpi=DPI, layout="constrained")
-    ax = fig.add_subplot()
-    fn(ax, report)
-    ax.margins(x=0.08, y=0.08)  # room for the point labels at the edges
-    ax.grid(True, alpha=0.3)
+    panels = 2 if name in TWO_PANELS else 1
+    fig = Figure(figsize=(WIDTH * (1.5 if panels == 2 else 1), HEIGHT), dpi=DPI, layout="constrained")
+    axes = fig.subplots(1, panels, squeeze=False)[0]
+    fn(*axes, report)
+    for ax in axes:
+        ax.margins(x=0.08, y=0.08)  # room for the point labels at the edges
+        ax.grid(True, alpha=0.3)
     buf = io.BytesIO()
     # no timestamp/version metadata: the same report gives the same bytes
     fig.savefig(buf, format="png", metadata={"Software": None})
@@ -143,6 +146,46 @@ def _ttft_vs_concurrency(ax, report: "Report") -> None:
     ax.set_ylabel("TTFT (ms)")
     ax.set_title("Time to first token vs concurrency")
     ax.legend(fontsize=8, loc="best", ncol=2)
+
+
+def _latency_vs_offered_load(ax_ttft, ax_tpot, report: "Report") -> None:
+    """Each variant's ladder (its capacity search's steady-state points, saturated ones left out: their
+    percentiles grow with the window's length), p95 solid and p99 dashed, against the offered load;
+    every limit of the measured SLO and the tiers drawn as a horizontal line, so a reader sees where
+    each precision stops."""
+    from ..measure.slo import parse_slo
+
+    colors = _colors(report)
+    for r in report.rows:
+        pts = sorted((p for p in r.ladder if p.verdict not in (None, "saturated")),
+                     key=lambda p: p.rate if p.rate is not None else p.concurrency or 0)
+        if not pts:
+            continue
+        xs = [p.rate if p.rate is not None else p.concurrency for p in pts]
+        for ax, metric in ((ax_ttft, "ttft"), (ax_tpot, "tpot")):
+            for q, style in (("p95", "o-"), ("p99", "s--")):
+                ys = [(x, getattr(p, f"{metric}_{q}") * 1000) for x, p in zip(xs, pts) if getattr(p, f"{metric}_{q}")]
+                if ys:
+                    ax.plot(*zip(*ys), style, color=colors[r.name], alpha=1.0 if q == "p95" else 0.6,
+                            label=f"{r.name} {q}")
+    limits: dict[tuple[str, float], list[str]] = {}
+    for t in report.tiers:
+        for term in parse_slo(t.slo).terms:
+            if term.metric in ("ttft", "tpot"):
+                limits.setdefault((term.metric, term.limit_s), []).append(f"{t.name} {term.stat}")
+    for (metric, limit), names in limits.items():
+        ax = ax_ttft if metric == "ttft" else ax_tpot
+        ax.axhline(limit * 1000, color="#444", linewidth=0.9, linestyle=":")
+        ax.annotate(", ".join(names), (0.01, limit * 1000), xycoords=("axes fraction", "data"), fontsize=7,
+                    color="#444", va="bottom")
+    axis = "offered load (req/s)" if any(p.rate is not None for r in report.rows for p in r.ladder) else "concurrency"
+    for ax, what in ((ax_ttft, "TTFT"), (ax_tpot, "TPOT")):
+        _log_if_wide(ax)
+        ax.set_xlabel(axis)
+        ax.set_ylabel(f"{what} (ms)")
+        ax.set_title(f"{what} p95 / p99 vs offered load")
+    if ax_tpot.get_legend_handles_labels()[0]:
+        ax_tpot.legend(fontsize=7, loc="best", ncol=2)
 
 
 def _log_if_wide(ax) -> None:

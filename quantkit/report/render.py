@@ -17,6 +17,7 @@ from ..errors import UsageError
 from ..files import atomic_write_bytes
 from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
 from .decision import CapacityCell, Decision, from_proxy
+from .tiers import tier_lines, tier_table
 
 DASH = "—"
 
@@ -101,6 +102,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
     out = []
     if (capacity := capacity_table(r_)) is not None:
         out.append(capacity)
+    if (tiers := tier_table(report.tiers, report.price_per_hour)) is not None:
+        out.append(tiers)
     out.append(("Checkpoints", ["variant", "method", "status", "format", "size on disk", "weight memory",
                                 "KV cache (tokens)", "conversion time", "kernel vLLM chose"],
                 [[r.name, r.method, r.status + (f": {r.error}" if r.error else ""), r.format or DASH,
@@ -239,6 +242,7 @@ def decision_lines(report: Report) -> list[str]:
             lines.append(f"closest: {d.closest.variant} ({d.closest.cell.label}) at {d.closest.cell.load_text()}, "
                          f"{fmt(d.closest.cell.goodput)} requests/s")
     lines += [f"note: {n}" for n in d.notes]
+    lines += tier_lines(report.tiers)
     if report.slo_definition:
         lines.append(report.slo_definition)
     return lines

@@ -9,33 +9,17 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixtures.evals import eval_result
 from typer.testing import CliRunner
 
 from quantkit.cli import app
 from quantkit.errors import UsageError
-from quantkit.evals.results import DataInfo, EvalRun, ItemScores, Metric, TaskResult
 from quantkit.report.gather import compare
 from quantkit.report.render import fmt_ci, fmt_pm
 from quantkit.store import Store, run_key
 
 SLO = "ttft_p95=1,tpot_p95=0.1"
 GATES = {"min_recovery": 0.9}
-
-
-def task(name: str, value: float) -> TaskResult:
-    right = round(value * 100)  # the first `right` of 100 items scored right
-    items = ItemScores(ids=[str(i) for i in range(100)], prompts=[f"{i:08x}" for i in range(100)],
-                       values={"acc,none": [1] * right + [0] * (100 - right)})
-    return TaskResult(items=items, task=name, version="1.0", n_shot=0, limit=100, n_samples=100, n_available=1000,
-                      output_type="multiple_choice", chat_template=False, add_bos_token=False,
-                      data=DataInfo(source="offline", template=f"stock:{name}.yaml"), primary_metric="acc,none",
-                      higher_is_better=True, metrics={"acc,none": Metric(value=value, stderr=0.05)}, wall_time_s=1.0)
-
-
-def eval_result(model_dir: str, arc: float, piqa: float) -> dict:
-    return EvalRun(created_at="2026-11-29T16:00:00+00:00", model_dir=model_dir, checkpoint={"method": "x"}, server={},
-                   protocol={"backend": "lm-eval local-completions"}, data_dir=None, versions={"lm_eval": "0.4.13"},
-                   tasks=[task("arc_easy", arc), task("piqa", piqa)]).model_dump(mode="json")
 
 
 def capacity_result(goodput: float, model_dir: str, method: str) -> dict:

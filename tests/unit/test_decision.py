@@ -50,6 +50,17 @@ def test_ties_within_the_tolerance_go_to_recovery_then_fewer_flags():
     assert d.recommended.cell.config == "defaults"
 
 
+def test_a_tie_with_the_baseline_goes_to_the_variant_that_passed_its_gate_and_names_both():
+    # the baseline's recovery is 1.0 by definition: within the tolerance it does not win on it
+    rows = [row("baseline", cell(2.0), recovery=1.0, gate="reference", baseline=True, size=256),
+            row("int8", cell(1.9), recovery=0.97, gate="pass", size=160)]
+    d = decide(rows)
+    assert d.recommended.variant == "int8" and "a tie within the search tolerance with baseline (defaults) 2.00" in d.summary
+    assert any("int8 and baseline (defaults) 2.00" in n and "do not separate them" in n for n in d.notes)
+    rows[1] = row("int8", cell(1.9), recovery=0.97, gate="inconclusive", size=160)
+    assert decide(rows).recommended.variant == "baseline"  # a gate not passed is no tie
+
+
 def test_inconclusive_or_missing_accuracy_is_not_eligible():
     rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
             row("int8", cell(3.0), recovery=0.95, gate="inconclusive"),

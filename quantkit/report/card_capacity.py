@@ -1,0 +1,79 @@
+"""The model card's capacity section: what a deployment of this checkpoint sustains, and under what.
+
+Only a steady-state capacity is published: the offered load (and, for Poisson arrivals, the requests
+in flight it produced), goodput and output tokens/s at it, the SLO, the load profile, the workload,
+the hardware and the bracket. A capacity measured as a burst (c prompts sent at once) measures a
+prefill burst, not what a server sustains, so the card says it is not published and what to run.
+Beside the SLO measured, each SLO tier of measure/tiers.py, judged from the same stored ladder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from ..errors import UsageError
+from ..measure import profiles
+from ..measure.capacity import CapacityResult
+from ..measure.ladder import rederive
+from ..measure.slo import parse_slo
+from ..measure.tiers import TIERS
+from ..serve.config import args_of
+from ..store import Store
+from .render import fmt
+
+MISSING = "not measured"
+
+
+def capacity_lines(store: Store, ev: Any) -> list[str]:
+    """The `## Capacity under an SLO` section of the card of `ev` (gather.Evidence); [] without one."""
+    record = ev.stages.get("capacity")
+    if record is None or record.status != "done" or not record.result:
+        return []
+    try:
+        result = CapacityResult.model_validate(record.result)
+    except ValidationError:
+        return []  # a record stored by an older quantkit: the report still shows what it holds
+    profile = profiles.get(result.settings.profile)
+    s = result.settings
+    out = ["## Capacity under an SLO", ""]
+    if not profile.steady:
+        return out + [f"A capacity was measured as a burst ({s.input_len} in / {s.output_len} out, c prompts sent at "
+                      "once): it measures how fast the server prefills a wave, not what it sustains, and is not "
+                      "published here. `quantkit bench DIR --capacity --slo ...` measures a steady state (Poisson "
+                      "arrivals).", ""]
+    hw = result.hardware or {}
+    device = hw.get("gpu") or hw.get("cpu") or "a machine not recorded"
+    load = "open-loop Poisson arrivals" if profile.axis == "rate" else "a closed loop of staggered streams"
+    out.append(f"Measured with {load} ({s.input_len} prompt / {s.output_len} output tokens), "
+               f"each load a steady-state window judged at {int(round((result.window.confidence if result.window else 0.95) * 100))}% "
+               f"confidence, on {device}, server flags "
+               f"`{' '.join(args_of(result.server.serve_config if result.server else None)) or 'defaults'}`.")
+    out += ["", "| SLO | capacity | goodput (req/s) | output tok/s | in flight |", "|---|---|---|---|---|"]
+    out.append(_row(f"{result.slo} (measured)", result, profile))
+    points = store.points(record.id)
+    for tier in TIERS.values():
+        try:
+            derived = rederive(result, points, parse_slo(tier.slo), model_dir=str(ev.checkpoint))
+        except UsageError:
+            break
+        if str(parse_slo(tier.slo)) == result.slo:
+            continue
+        out.append(_row(f"{tier.name}: {derived.slo}", derived.result, profile, derived.coverage))
+    out += ["", "capacity: the highest offered load whose window met the SLO; `+`: the ladder's top still met it; "
+            "a range: bracketed only that far; tiers are judged from the same measured windows (sources: "
+            + "; ".join(f"{t.name}: {t.source}" for t in TIERS.values()) + ").", ""]
+    return out
+
+
+def _row(label: str, result: CapacityResult, profile: profiles.Profile, coverage: str = "bracketed") -> str:
+    c, search = result.capacity, result.search
+    if c is None:
+        why = {"undecided": "undecided: too few requests in the windows", "below": "not met at the lowest load measured"}
+        return f"| {label} | {why.get(coverage, 'not met')} | {MISSING} | {MISSING} | {MISSING} |"
+    ceiling = search.ceiling if search else None
+    load = f"{c.load:g}" + (f"-{ceiling:g}" if coverage == "coarse" and ceiling else "")
+    text = profile.unit.format(load=load) + ("+" if search is not None and search.reason == "max_reached" else "")
+    return (f"| {label} | {text} | {fmt(c.goodput_req_s if c.goodput_req_s is not None else c.req_s)} | "
+            f"{fmt(c.output_tok_s)} | {fmt(c.concurrency)} |")

@@ -1,0 +1,158 @@
+"""The report's SLO tiers: every variant's capacity under each named tier, judged from its stored ladder.
+
+Beside the SLO the ladders were measured under, each tier of measure/tiers.py (with its source) gets
+a capacity per variant (re-derived by measure/ladder.py: nothing is measured), its ratio to bf16 on
+vLLM's defaults as a bracket (the lowest and highest ratio the two capacity brackets allow), and its
+own decision (report/decision.py, so ties and gates are judged as in the main recommendation). A
+tier a ladder does not cover says so in its cell, and the notes say what to run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import UsageError
+from ..measure.capacity import CapacityResult
+from ..measure.ladder import rederive
+from ..measure.slo import parse_slo
+from ..measure.tiers import TIERS
+from ..store import Record, Store
+from .decision import CapacityCell, Decision, capacity_cell, decide
+
+DASH = "—"
+
+
+class TierResult(BaseModel):
+    name: str
+    slo: str
+    source: str
+    cells: dict[str, CapacityCell | None] = Field(default_factory=dict)  # variant -> capacity on vLLM defaults
+    coverage: dict[str, str] = Field(default_factory=dict)  # variant -> bracketed | coarse | above | below | ...
+    notes: list[str] = Field(default_factory=list)
+    decision: Decision | None = None
+    ratio_bracket: tuple[float | None, float | None] | None = None  # the winner's / bf16's, lowest and highest
+
+
+def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variants: list[Any],
+                 rows: list[Any]) -> list[TierResult]:
+    """The SLO the ladders were measured under, then each tier: cells and decision (empty when no
+    variant has a steady-state ladder)."""
+    out = []
+    # steady-state capacities only: a burst is never put in one ratio with them
+    measured = {r.name: r.capacity for r in rows if r.capacity is not None and r.capacity.profile != "burst"}
+    if measured:
+        first = next(iter(measured.values()))
+        result = TierResult(name="measured", slo=first.slo, source="the SLO the ladders were searched under",
+                            cells=measured, coverage={n: "above" if c.reason == "max_reached" else "bracketed"
+                                                      for n, c in measured.items()})
+        result.decision = decide([r.model_copy(update={"capacity": measured.get(r.name), "capacity_tuned": None})
+                                  for r in rows])
+        result.ratio_bracket = _ratio_bracket(result.decision)
+        out.append(result)
+    for tier in TIERS.values():
+        slo = parse_slo(tier.slo)
+        result = TierResult(name=tier.name, slo=str(slo), source=tier.source)
+        for v in variants:
+            record = by_variant.get(v.name, {}).get("capacity")
+            if record is None or v.capacity is None:
+                continue
+            try:
+                derived = rederive(v.capacity, store.points(record.id), slo,
+                                   model_dir=v.model_dir or None)
+            except UsageError:
+                continue  # a burst ladder: the main table labels it; a tier cannot be judged on it
+            result.cells[v.name] = capacity_cell(derived.result.model_dump(mode="json"))
+            result.coverage[v.name] = derived.coverage
+            if derived.note:
+                result.notes.append(f"{v.name}: {derived.note}")
+        if not result.cells or all(c.slo == str(slo) for c in measured.values()):
+            continue  # no ladder, or the tier is the SLO measured
+        tier_rows = [r.model_copy(update={"capacity": result.cells.get(r.name), "capacity_tuned": None}) for r in rows]
+        result.decision = decide(tier_rows)
+        result.ratio_bracket = _ratio_bracket(result.decision)
+        out.append(result)
+    return out if len(out) > 1 else []  # the measured SLO alone is the capacity table's
+
+
+def _ratio_bracket(d: Decision) -> tuple[float | None, float | None] | None:
+    """The winner's capacity over bf16's as far as their brackets allow: (lowest, highest; None: open)."""
+    if d.recommended is None or d.baseline is None or d.baseline.load is None:
+        return None
+    w, b = d.recommended.cell, d.baseline
+    if w is b:
+        return (1.0, 1.0)
+    low = w.load / b.ceiling if b.ceiling else None
+    high = w.ceiling / b.load if w.ceiling else None
+    return (low, high)
+
+
+def ratio_text(bracket: tuple[float | None, float | None] | None) -> str:
+    if bracket is None:
+        return DASH
+    low, high = bracket
+    if low == high == 1.0:
+        return "1.00 x (bf16 itself)"
+    lower = f"{low:.2f}" if low is not None else "?"
+    return f"{lower}-{high:.2f} x" if high is not None else f"{lower}+ x (open above)"
+
+
+def cost_per_million(cell: CapacityCell | None, price_per_hour: float | None) -> float | None:
+    """The price of a million output tokens at the cell's capacity, on a machine of `price_per_hour`."""
+    if price_per_hour is None or cell is None or cell.load is None or not cell.output_tok_s:
+        return None
+    return price_per_hour / (cell.output_tok_s * 3600.0) * 1e6
+
+
+def _cell_text(cell: CapacityCell | None, coverage: str | None, price: float | None) -> str:
+    if cell is None:
+        return DASH
+    if cell.load is None:
+        return {"below": "below the ladder", "undecided": "undecided (too few requests)"}.get(coverage or "", "not met")
+    cost = cost_per_million(cell, price)
+    return (cell.load_text() + (" (not covered above)" if coverage == "above" else "")
+            + (f", {cost:.3g} per M output tokens" if cost is not None else ""))
+
+
+def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
+               ) -> tuple[str, list[str], list[list[str]], str] | None:
+    """(title, header, rows, caption) of the tier table, or None; with a price per hour, each cell
+    adds the cost of a million output tokens at its capacity."""
+    if not tiers:
+        return None
+    names = list(dict.fromkeys(n for t in tiers for n in t.cells))
+    rows = []
+    for t in tiers:
+        d = t.decision
+        winner = (d.recommended.variant + (" (tie)" if "tie within" in d.summary else "")
+                  if d is not None and d.recommended is not None else "none")
+        rows.append([f"{t.name}: {t.slo}", *(_cell_text(t.cells.get(n), t.coverage.get(n), price_per_hour)
+                                             for n in names),
+                     winner, ratio_text(t.ratio_bracket)])
+    sources = "; ".join(f"{t.name}: {t.source}" for t in tiers)
+    return ("Capacity per SLO tier", ["tier", *names, "winner", "x bf16 (bracket)"], rows,
+            f"Each variant's ladder on vLLM defaults judged again under each tier (nothing measured anew); a range "
+            f"is a bracket wider than the search tolerance, 'not covered above' a tier the ladder's top still meets. "
+            f"x bf16: the winner's capacity over bf16's, lowest to highest as their brackets allow. To cover a tier: "
+            f"`quantkit bench DIR --capacity --slo TIER` (its windows stretch to the requests a p99 needs), or the run "
+            f"recipe's `capacity: {{span: [{', '.join(TIERS)}]}}`; the JSON report names each variant's command. "
+            f"Sources: {sources}."
+            + (f" Cost: at {price_per_hour:g} per machine-hour, over the output tokens/s at capacity."
+               if price_per_hour is not None else " A price per hour (--price-per-hour) adds the cost per million "
+               "output tokens."))
+
+
+def tier_lines(tiers: list[TierResult]) -> list[str]:
+    """One sentence per tier for the report's opening section."""
+    out = []
+    for t in tiers:
+        d = t.decision
+        if d is not None and d.recommended is not None:
+            tie = " (a tie: see the notes)" if "tie within" in d.summary else ""
+            out.append(f"under {t.name} ({t.slo}): {d.recommended.variant}{tie} at "
+                       f"{d.recommended.cell.load_text()}, {ratio_text(t.ratio_bracket)} bf16 on vLLM defaults")
+        else:
+            states = sorted(set(t.coverage.values()))
+            out.append(f"under {t.name} ({t.slo}): no recommendation, the ladders are {' / '.join(states)} there")
+    return out

@@ -1,0 +1,135 @@
+"""`quantkit compare --slo`: capacity under any SLO from the stored ladders, and the run's own gates.
+
+Two variants' ladders are stored as a capacity search leaves them (tests/fixtures/ladders.py: TTFT =
+0.1 s x rate for the baseline, 0.08 s x rate for int8, a 20% spread), so under TTFT p95 <= 0.5 s the
+baseline holds 4 req/s and breaks at 4.4, int8 holds 5 and breaks at 5.5. The evals carry the gates
+the run used (as pipeline/stages.py stores them)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fixtures.evals import eval_result
+from fixtures.ladders import ladder
+from typer.testing import CliRunner
+
+from quantkit.cli import app
+from quantkit.measure.slo import parse_slo
+from quantkit.report.gather import compare
+from quantkit.store import Store, run_key
+
+MEASURED = "ttft_p95=100"
+RUN_GATES = {"min_recovery": 0.9, "min_task_recovery": None, "tasks": {}}
+
+
+def fill(store: Store) -> None:
+    for variant, per_rate, rates, scores in (("baseline", 0.1, [1, 2, 4, 4.4, 8], (0.60, 0.70)),
+                                             ("int8", 0.08, [1, 2, 5, 5.5, 10], (0.59, 0.70))):
+        folder = f"/models/m-{variant}"
+        result, stored = ladder(rates, ttft_per_rate=per_rate, slo=MEASURED, model_dir=folder)
+        params = {"checkpoint": folder, "slo": MEASURED, "capacity": result.settings.model_dump(mode="json")}
+        rec = store.begin(run_key("capacity", v=variant), "capacity", "m", variant, params)
+        for p in stored:
+            store.add_point(rec, p)
+        store.finish(rec, result.model_dump(mode="json", exclude={"path"}))
+        params = {"checkpoint": folder, "gates": RUN_GATES}
+        store.finish(store.begin(run_key("eval", v=variant), "eval", "m", variant, params),
+                     eval_result(folder, *scores))
+
+
+@pytest.fixture
+def store(tmp_path):
+    with Store(tmp_path / "results.db") as s:
+        fill(s)
+        yield s
+
+
+def cells(result):
+    return {r.name: r.capacity for r in result["report"].rows}
+
+
+def test_a_covered_slo_is_re_derived_from_the_ladders_without_measuring(store, tmp_path):
+    result = compare(store, model="m", out_dir=tmp_path / "r", slo=parse_slo("ttft_p95=0.5"))
+    got = cells(result)
+    assert (got["baseline"].load, got["baseline"].ceiling, got["int8"].load, got["int8"].ceiling) == (4, 4.4, 5, 5.5)
+    assert got["int8"].slo == "ttft_p95=0.5" and not got["int8"].coarse
+    notes = result["report"].notes
+    assert any("re-derived from the stored ladders, measured under ttft_p95=100" in n for n in notes)
+    d = result["report"].decision
+    # goodput: the window's requests that met the SLO over the point's duration (warm-up sends excluded)
+    assert d.recommended.variant == "int8" and d.ratio_vs_baseline == pytest.approx((115 / 24) / (116 / 30))
+    md = result["paths"]["md"].read_text()
+    assert "ttft_p95=0.5" in md and "re-derived" in md
+    assert "![TTFT and TPOT p95/p99 vs offered load" in md and (tmp_path / "r/plots/latency_vs_offered_load.png").is_file()
+
+
+def test_an_slo_a_ladder_does_not_cover_says_what_to_run(store, tmp_path):
+    result = compare(store, model="m", out_dir=tmp_path / "r", slo=parse_slo("ttft_p95=0.05"))
+    assert cells(result)["baseline"].load is None
+    (note,) = [n for n in result["report"].notes if n.startswith("baseline:")]
+    assert "lowest point, 1 req/s offered, already breaks it" in note
+    assert "quantkit bench /models/m-baseline --capacity --slo ttft_p95=0.05 --capacity-start 0.25 --capacity-max 1" in note
+    loose = compare(store, model="m", out_dir=tmp_path / "r2", slo=parse_slo("ttft_p95=0.6"))
+    assert cells(loose)["int8"].load_text() == "5.5-10 req/s offered"  # 0.528 s at 5.5; 10 breaks
+    wide = compare(store, model="m", out_dir=tmp_path / "r3", slo=parse_slo("ttft_p95=0.3"))
+    assert cells(wide)["baseline"].coarse and cells(wide)["baseline"].load_text() == "2-4 req/s offered"
+
+
+def test_the_run_gates_apply_on_a_re_render_unless_told_otherwise(store, tmp_path):
+    result = compare(store, model="m", out_dir=tmp_path / "r")
+    assert result["verdicts"] == {"int8": "pass"}
+    assert any(n.startswith("gates: min_recovery=0.9, the run's own") for n in result["report"].notes)
+    given = compare(store, model="m", out_dir=tmp_path / "r2", gates={"min_recovery": 1.2})
+    assert given["verdicts"] == {"int8": "fail"} and any("given for this report" in n for n in given["report"].notes)
+    none = compare(store, model="m", out_dir=tmp_path / "r3", stored_gates=False)
+    assert none["verdicts"] == {} and {r.name: r.gate for r in none["report"].rows}["int8"] == "no gates"
+
+
+def test_cli_compare_slo_takes_a_tier_and_refuses_a_bad_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    with Store() as s:
+        fill(s)
+    args = ["compare", "--model", "m", "-o", str(tmp_path / "r")]
+    ok = CliRunner().invoke(app, [*args, "--slo", "ttft_p95=0.5", "--json"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["decision"]["recommended"]["variant"] == "int8"
+    tier = CliRunner().invoke(app, [*args, "--slo", "mlperf-server"])
+    assert tier.exit_code == 0, tier.output
+    bad = CliRunner().invoke(app, [*args, "--slo", "fast"])
+    assert bad.exit_code == 2 and "neither an SLO tier (mlperf-server, interactive) nor an SLO" in bad.output
+
+
+def test_a_price_per_hour_adds_the_cost_per_million_output_tokens(store, tmp_path):
+    from quantkit.report.render import tables
+    from quantkit.report.tiers import cost_per_million
+
+    result = compare(store, model="m", out_dir=tmp_path / "r", slo=parse_slo("ttft_p95=0.5"), price_per_hour=2.0)
+    report = result["report"]
+    (tier,) = [t for t in report.tiers if t.name == "measured"]
+    int8 = tier.cells["int8"]
+    assert cost_per_million(int8, 2.0) == pytest.approx(2.0 / (int8.output_tok_s * 3600) * 1e6)
+    (table,) = [t for t in tables(report) if t[0] == "Capacity per SLO tier"]
+    row = next(r for r in table[2] if r[0].startswith("measured"))
+    assert f"{cost_per_million(int8, 2.0):.3g} per M output tokens" in row[table[1].index("int8")]
+    assert "at 2 per machine-hour" in table[3]
+
+
+def test_the_card_publishes_a_steady_state_capacity_with_its_tiers_and_never_a_burst(store, tmp_path):
+    from pathlib import Path
+
+    from quantkit.report.card import build_card
+    from quantkit.report.gather import evidence_for
+
+    card = str(build_card(store, evidence_for(store, Path("/models/m-int8")), None))
+    section = card[card.index("## Capacity under an SLO"):card.index("## How to serve")]
+    assert "open-loop Poisson arrivals (128 prompt / 64 output tokens)" in section
+    assert "| ttft_p95=100 (measured) | 10 req/s offered+ |" in section  # the ladder's top still met it
+    assert "| mlperf-server: ttft_p99=2,tpot_p99=0.1 |" in section and "MLPerf Inference v5.1" in section
+    (record,) = [r for r in store.records(kind="capacity") if r.variant == "int8"]
+    burst = {**record.result, "settings": {**record.result["settings"], "profile": "burst"}}
+    rec = store.begin(run_key("capacity", v="int8-burst"), "capacity", "m", "int8", record.params)
+    store.finish(rec, burst)
+    card = str(build_card(store, evidence_for(store, Path("/models/m-int8")), None))
+    section = card[card.index("## Capacity under an SLO"):card.index("## How to serve")]
+    assert "measured as a burst" in section and "not published" in section and "req/s offered" not in section
