@@ -159,6 +159,23 @@ class CapacitySearch(BaseModel):
     undecided: list[float] = Field(default_factory=list)  # loads whose data could not decide (not in the bracket)
 
 
+def outcome(search: CapacitySearch | None) -> str:
+    """What a search found, in one word: `capacity`, or why there is none: `untrusted` (quantkit's
+    client limited the deciding point), `saturated` (the lowest load already outpaced the server),
+    `undecided` (no load below the first failure decided at the confidence asked) or `not met`."""
+    if search is None:
+        return "not met"
+    if search.capacity is not None:
+        return "capacity"
+    if search.reason == "untrusted":
+        return "untrusted"
+    steps = sorted(search.steps, key=lambda s: s.load)
+    failed = [s.load for s in steps if s.decided and not s.passed]
+    if any(not s.decided for s in steps if not failed or s.load < failed[0]):
+        return "undecided"
+    return "saturated" if steps and steps[0].state == "saturated" else "not met"
+
+
 def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: float = 1024,
                     tolerance: float = 0.10, integer: bool = True, start: float | None = None,
                     max_growth: float = 8.0) -> CapacitySearch:

@@ -1,8 +1,7 @@
 """`quantkit tune`: vLLM's serving knobs searched for the highest capacity under an SLO.
 
-The objective is goodput at capacity: the requests/s that meet the SLO at the highest load that
-meets it (capacity.py), not tok/s at one fixed concurrency (at a light load most knobs cannot show
-an effect). The search is Optuna's: a TPE sampler (or random, or a grid) proposes configurations
+The objective is goodput at capacity (capacity.py: the requests/s meeting the SLO at the highest load that
+meets it), not tok/s at one fixed concurrency (where most knobs show no effect). The search is Optuna's: a TPE sampler (or random, or a grid) proposes configurations
 from the space, one vLLM server per trial, `budget` servers in all. Each trial first runs a cheap
 capacity probe (coarse tolerance, short points); Optuna's median pruner stops a trial whose probe
 is below the median of the trials so far, and only the others get the full search (started from the
@@ -13,8 +12,8 @@ its `vllm serve` line, capacity and bound. A study is identified by what defines
 checkpoint, SLO, capacity settings, space, base configuration, vLLM version, hardware); a second
 `quantkit tune` of the same study (after a kill, or with a larger budget) rebuilds the Optuna study
 from the stored trials (`study.add_trial(create_trial(...))`) and spends only what is left.
-The first trial is the base configuration (vLLM's defaults plus the user's own flags): the gain is
-measured against it, on the same checkpoint.
+The first trial is the base configuration (vLLM's defaults plus the user's flags): the gain is measured against
+it. A trial without a capacity records why (`verdict`: undecided, saturated, untrusted, not met).
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from ..machine import has_gpu
 from ..serve.config import KNOBS, ServeConfig, serve_command
 from .bounds import CapacityBound
 from .capacity import CapacityResult, CapacitySettings, run_capacity
+from .search import outcome
 from .slo import Slo
 from .workload import PromptSource
 
@@ -73,6 +73,7 @@ class Trial(BaseModel):
     command: str
     state: Literal["complete", "pruned", "rejected"]
     value: float | None = None  # goodput req/s at capacity (the objective)
+    verdict: str | None = None  # search.outcome: capacity, or undecided / saturated / untrusted / not met (value 0)
     probe: float | None = None
     capacity: dict[str, Any] | None = None  # CapacityFigures
     capacity_load: float | None = None
@@ -246,7 +247,7 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
 
     probe_settings = capacity.model_copy(update={
         "tolerance": max(settings.probe_tolerance, capacity.tolerance), "waves": max(1.0, capacity.waves / 2),
-        "min_requests": max(8, capacity.min_requests // 2), "warmup": capacity.warmup})
+        "min_requests": max(8, capacity.min_requests // 2), "warmup": capacity.warmup, "span": []})
     started = time.monotonic()
     out: dict[str, Any] = {"state": "complete", "points": 0}
     try:
@@ -257,15 +258,17 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
             out["probe"] = _goodput(probe)
             if probe.capacity is None:  # the SLO fails at the lowest load (a full search starts there
                 # too), or quantkit's client was limited there: no trusted figure, bound "client"
-                out.update(value=0.0, bound=probe.bound, capacity=None, error=_untrusted_error(probe))
+                out.update(value=0.0, bound=probe.bound, capacity=None, error=_untrusted_error(probe),
+                           verdict=outcome(probe.search))
             elif should_prune(out["probe"]):
                 out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
             else:
-                full = run_capacity(server, model_dir, slo, capacity.model_copy(update={"warmup": 0}), prompts=prompts,
+                full = run_capacity(server, model_dir, slo, capacity.model_copy(update={"warmup": 0, "span": []}), prompts=prompts,
                                     start=probe.capacity.load if probe.capacity else None, label=label_)
                 out["points"] += full.points_spent
                 # the full search starts at the probe's capacity: its first point can still be client-limited
-                out.update(value=_goodput(full), bound=full.bound, capacity=full.capacity, error=_untrusted_error(full))
+                out.update(value=_goodput(full), bound=full.bound, capacity=full.capacity, error=_untrusted_error(full),
+                           verdict=outcome(full.search))
     except QuantkitError as exc:
         if isinstance(exc, UsageError) and "port" in exc.message:
             raise
@@ -304,7 +307,7 @@ def study_key(model_dir: Path, slo: Slo, capacity: CapacitySettings, settings: T
     from ..store import run_key
 
     return run_key("study", checkpoint=checkpoint.fingerprint(model_dir), slo=str(slo),
-                   capacity=capacity.model_dump(mode="json"), space=space, base=base.model_dump(mode="json"),
+                   capacity=capacity.model_dump(mode="json", exclude={"span"}), space=space, base=base.model_dump(mode="json"),
                    sampler=settings.sampler, seed=settings.seed, prune=settings.prune,
                    probe_tolerance=settings.probe_tolerance, vllm=vllm, **common)
 
@@ -378,8 +381,9 @@ def tune_study(store, *, model: str, variant: str, model_dir: Path, slo: Slo, ca
                 if t.state == "rejected":
                     warn(f"{variant}: {name}: {t.error}")
                 else:
-                    info(f"{variant}: {name}: {t.state}, goodput {t.value if t.value is not None else t.probe:.2f} req/s"
-                         + (f", bound {t.bound.kind}" if t.bound else ""))
+                    what = f"no capacity ({t.verdict})" if t.verdict not in (None, "capacity") else \
+                        f"goodput {t.value if t.value is not None else t.probe:.2f} req/s"
+                    info(f"{variant}: {name}: {t.state}, {what}" + (f", bound {t.bound.kind}" if t.bound else ""))
             rec.finish(t.model_dump(mode="json"))
         trials.append(t)
         _tell(opt, trial, t)

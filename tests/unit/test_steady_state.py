@@ -226,3 +226,18 @@ def test_a_bracket_whose_pass_is_undecided_walks_down_to_a_decided_one():
     assert measured[:2] == [2.31, 2.656]
     assert found.reason == "bracketed" and found.capacity == pytest.approx(2.31 / 1.15, rel=1e-3)
     assert found.ceiling == 2.656 and found.undecided == [2.31]
+
+
+def test_a_search_without_a_capacity_says_why_in_one_word():
+    from quantkit.measure.search import CapacitySearch, CapacityStep, outcome
+
+    def search(steps, capacity=None, reason="below_min"):
+        return CapacitySearch(capacity=capacity, ceiling=None, reason=reason, tolerance=0.1, lo=1, hi=8,
+                              steps=[CapacityStep(load=x, passed=p, decided=d, state=st) for x, p, d, st in steps])
+
+    assert outcome(search([(1, True, True, "pass")], capacity=1, reason="max_reached")) == "capacity"
+    assert outcome(search([(1, True, False, None), (2, False, True, "fail")])) == "undecided"
+    assert outcome(search([(1, False, True, "saturated")])) == "saturated"
+    assert outcome(search([(1, False, True, "fail")])) == "not met"
+    assert outcome(search([(1, False, True, "fail")], reason="untrusted")) == "untrusted"
+    assert outcome(None) == "not met"
