@@ -1,0 +1,124 @@
+"""The tuner's search space: vLLM's serving knobs and their choices, `--space` parsing, and the
+configurations vLLM would refuse without a server start (tune.py searches it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError, did_you_mean
+from ..machine import has_gpu
+from ..serve.config import ServeConfig
+
+if TYPE_CHECKING:
+    from .tune import TuneSettings
+
+# Choices per knob; None is vLLM's default (the flag is not passed).
+DEFAULT_SPACE: dict[str, list[Any]] = {
+    "max_num_seqs": [None, 4, 8, 16, 32, 64, 128, 256, 512, 1024],
+    "max_num_batched_tokens": [None, 256, 512, 1024, 2048, 4096, 8192, 16384],
+    "block_size": [None, 32, 64, 128, 256],  # vLLM-CPU's attention wants multiples of 32 (16 is rejected)
+    "enable_chunked_prefill": [None, False],
+    "kv_cache_dtype": [None, "fp8"],
+}
+GPU_SPACE: dict[str, list[Any]] = {"gpu_memory_utilization": [None, 0.8, 0.85, 0.95],
+                                   "block_size": [None, 16, 32, 64, 128]}  # CUDA attention backends: 16..128
+TUNABLE = set(DEFAULT_SPACE) | set(GPU_SPACE) | {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len"}
+BOOL_KNOBS = {"enable_chunked_prefill", "enforce_eager"}
+
+
+def resolve_space(settings: TuneSettings, gpus: int | None = None) -> dict[str, list[Any]]:
+    """The default space (with GPU knobs where there are GPUs, parallel sizes up to their count),
+    the recipe's/CLI's `space` merged over it (an empty list removes a knob), `knobs` kept."""
+    gpus = gpus if gpus is not None else _gpu_count()
+    space = {k: list(v) for k, v in DEFAULT_SPACE.items()}
+    if gpus or has_gpu():
+        space.update({k: list(v) for k, v in GPU_SPACE.items()})
+    if gpus and gpus > 1:
+        sizes = [n for n in (2, 4, 8) if n <= gpus]
+        space["tensor_parallel_size"] = [None, *sizes]
+        space["pipeline_parallel_size"] = [None, *[n for n in (2, 4) if n <= gpus]]
+    for name, values in settings.space.items():
+        knob = check_knob(name)
+        if not values:
+            space.pop(knob, None)
+            continue
+        space[knob] = [_value(knob, v) for v in values]
+    if settings.knobs is not None:
+        keep = {check_knob(k) for k in settings.knobs}
+        space = {k: v for k, v in space.items() if k in keep}
+    if not space:
+        raise UsageError("the tune space is empty: give at least one knob with two or more choices")
+    return space
+
+
+def _gpu_count() -> int:
+    from .gpu import gpu_count
+
+    return gpu_count()
+
+
+def check_knob(name: str) -> str:
+    knob = name.strip().lstrip("-").replace("-", "_")
+    if knob not in TUNABLE:
+        raise UsageError(f"unknown tune knob '{name}'; {did_you_mean(knob, sorted(TUNABLE))}")
+    return knob
+
+
+def _value(knob: str, value: Any) -> Any:
+    if isinstance(value, str) and value.strip().lower() in ("default", "none", "auto") and knob != "kv_cache_dtype":
+        return None
+    if knob == "kv_cache_dtype" and isinstance(value, str) and value.strip().lower() in ("default", "auto", "none"):
+        return None
+    if knob in BOOL_KNOBS and isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "on", "yes")
+    if isinstance(value, str):
+        text = value.strip()
+        for cast in (int, float):
+            try:
+                return cast(text)
+            except ValueError:
+                pass
+        return text
+    return value
+
+
+def parse_space(items: list[str]) -> dict[str, list[Any]]:
+    """`--space max-num-seqs=8,16,32` (repeatable) -> {"max_num_seqs": [8, 16, 32]}; `NAME=` removes it."""
+    space: dict[str, list[Any]] = {}
+    for item in items:
+        key, sep, values = item.partition("=")
+        if not sep:
+            raise UsageError(f"bad --space '{item}': expected NAME=V1,V2 such as max-num-seqs=16,64,default")
+        knob = check_knob(key)
+        space[knob] = [_value(knob, v) for v in values.split(",") if v.strip()]
+    return space
+
+
+def config_for(base: ServeConfig, params: dict[str, Any]) -> ServeConfig:
+    data = base.model_dump()
+    for knob, value in params.items():
+        if value is not None:
+            data[knob] = value
+    try:
+        return ServeConfig(**data)
+    except ValueError as exc:
+        raise UsageError(f"bad tune value in {params}: {' '.join(str(exc).split())[:200]}") from None
+
+
+def invalid(config: ServeConfig, gpus: int) -> str | None:
+    """What vLLM would reject without starting (saves a server start), or None."""
+    world = (config.tensor_parallel_size or 1) * (config.pipeline_parallel_size or 1)
+    if world > max(gpus, 1):
+        return f"needs {world} GPUs, this machine has {gpus}"
+    if config.enable_chunked_prefill is False and config.max_num_batched_tokens and config.max_model_len \
+            and config.max_num_batched_tokens < config.max_model_len:
+        return (f"max-num-batched-tokens {config.max_num_batched_tokens} < max-model-len {config.max_model_len} "
+                "without chunked prefill")
+    return None
+
+
+def label(base: ServeConfig, params: dict[str, Any]) -> str:
+    changed = {k: v for k, v in params.items() if v is not None and getattr(base, k) != v}
+    if not changed:
+        return "defaults"
+    return " ".join(f"{k.replace('_', '-')}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed.items())
