@@ -57,8 +57,8 @@ def test_a_covered_slo_is_re_derived_from_the_ladders_without_measuring(store, t
     notes = result["report"].notes
     assert any("re-derived from the stored ladders, measured under ttft_p95=100" in n for n in notes)
     d = result["report"].decision
-    # goodput: the window's requests that met the SLO over the point's duration (warm-up sends excluded)
-    assert d.recommended.variant == "int8" and d.ratio_vs_baseline == pytest.approx((115 / 24) / (116 / 30))
+    # goodput under Poisson arrivals: the offered rate x the share that met the SLO (all did, at both)
+    assert d.recommended.variant == "int8" and d.ratio_vs_baseline == pytest.approx(5 / 4)
     md = result["paths"]["md"].read_text()
     assert "ttft_p95=0.5" in md and "re-derived" in md
     assert "![TTFT and TPOT p95/p99 vs offered load" in md and (tmp_path / "r/plots/latency_vs_offered_load.png").is_file()

@@ -241,3 +241,19 @@ def test_a_search_without_a_capacity_says_why_in_one_word():
     assert outcome(search([(1, False, True, "fail")])) == "not met"
     assert outcome(search([(1, False, True, "fail")], reason="untrusted")) == "untrusted"
     assert outcome(None) == "not met"
+
+
+def test_goodput_at_a_poisson_capacity_is_the_offered_rate_times_attainment():
+    # the window's count over its span carries the arrivals' Poisson noise: 6.79 req/s "done" at
+    # 6.48 offered in the demo; the deployment's goodput at that offered rate is rate x attainment
+    from quantkit.measure.capacity import _goodput_at
+    from quantkit.measure.point import BenchPoint, WindowSummary
+
+    window = WindowSummary(verdict="pass", confidence=0.95, warmup_s=3, start_s=3, end_s=23, measured=130,
+                           warmup_excluded=20, cooldown_excluded=0)
+    p = BenchPoint(profile="rate", rate=6.48, output_len=64, num_requests=130, started_at="t", duration_s=20,
+                   successes=130, failures=0, prompt_tokens=0, completion_tokens=0, output_tok_s=0, total_tok_s=0,
+                   req_s=6.79, goodput_req_s=6.6, slo_attainment=0.97, window=window)
+    assert _goodput_at(p) == pytest.approx(6.48 * 0.97)
+    closed = p.model_copy(update={"profile": "concurrency", "rate": None, "concurrency": 8})
+    assert _goodput_at(closed) == 6.6  # a closed loop offers no rate: its own count
