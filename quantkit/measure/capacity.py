@@ -39,6 +39,7 @@ from .gpu import open_gpus
 from .loadgen import Target, warmup
 from .metrics import PointMonitor, Scrape, slope
 from .point import BenchPoint, RequestResult, percentile
+from .rejudge import judge_step, start_from
 from .search import CapacitySearch, Verdict, search_capacity
 from .slo import Slo
 from . import profiles, tiers
@@ -360,8 +361,6 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
                 measure_at: Callable[[float], BenchPoint], near: float | None) -> CapacitySearch:
     """Search the ladder for `slo` too: a load the ladder holds is judged again from its requests
     (ladder.judge_step), only the loads it lacks are measured (and judged live under `slo`)."""
-    from .ladder import judge_step, start_from  # ladder reads CapacityResult: imported here, not above
-
     def measure(load: float) -> Verdict:
         if float(load) not in kept:
             measure_at(load)  # kept, with its requests, by measure_at

@@ -20,34 +20,17 @@ gap: an approximation said in the result. A burst ladder has no windows to judge
 from __future__ import annotations
 
 import shlex
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import UsageError
 from . import profiles
 from .capacity import CapacityResult, finish
-from .confidence import judge
-from .point import BenchPoint, WindowSettings
-from .samples import decode
+from .point import BenchPoint
+from .rejudge import Coverage, LadderStep, cover, judge_step, start_from  # noqa: F401 (ladder.X for callers)
 from .search import CapacitySearch, CapacityStep
 from .slo import Slo
-from .window import still_rising
-
-Coverage = Literal["bracketed", "coarse", "above", "below", "undecided"]
-
-
-class LadderStep(BaseModel):
-    """One stored point judged under the new SLO."""
-
-    load: float
-    state: Literal["pass", "fail", "undecided", "saturated", "untrusted"]
-    measured: int = 0
-    margin: float | None = None  # worst statistic / limit over the terms (<= 1 meets)
-    reasons: list[str] = Field(default_factory=list)
-    attainment: float | None = None  # share of the window's requests that met every term on their own
-    met: int | None = None  # ... and how many (goodput = met / the point's duration, as slo.Slo.judge)
-
 
 class Rederived(BaseModel):
     """A capacity re-derived from a ladder: the result (as a CapacityResult) and how well it is covered."""
@@ -58,32 +41,6 @@ class Rederived(BaseModel):
     note: str | None = None  # what the ladder cannot tell, and what to run to cover it
     steps: list[LadderStep]
     result: CapacityResult
-
-
-def judge_step(point: BenchPoint, slo: Slo, window: WindowSettings) -> LadderStep:
-    """A stored steady-state point's verdict under `slo`, from its kept requests."""
-    load = point.x
-    w = point.window
-    if w is not None and w.verdict == "saturated":
-        return LadderStep(load=load, state="saturated", measured=w.measured, reasons=[w.saturation or "saturated"])
-    if point.client_limited:
-        return LadderStep(load=load, state="untrusted", reasons=[point.client_limited_reason or "client-limited"])
-    if not point.samples:
-        return LadderStep(load=load, state="undecided", reasons=["the store kept no requests of this point"])
-    measured = [r for r, where in decode(point.samples) if where == "window"]
-    if not measured:
-        return LadderStep(load=load, state="undecided", reasons=["no request finished inside the window"])
-    verdict = judge(slo, measured, window.confidence)
-    state, reasons = verdict.decision, verdict.reasons()
-    if state == "pass" and (rising := still_rising(slo, measured)):
-        state, reasons = "undecided", [rising]
-    if state == "pass" and len(measured) < window.min_requests:
-        state = "undecided"
-        reasons.append(f"{len(measured)} requests in the window, fewer than the {window.min_requests} asked")
-    values = [t.value / t.limit for t in verdict.terms if t.value is not None and t.limit]
-    met = sum(1 for r in measured if slo.request_ok(r))
-    return LadderStep(load=load, state=state, measured=len(measured), margin=max(values, default=None),
-                      reasons=reasons, attainment=met / len(measured), met=met)
 
 
 def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any]], slo: Slo, *,
@@ -109,7 +66,7 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
                          "MODEL --capacity --capacity-profile poisson")
     window = result.window or profiles.default_window(gpu=False)
     steps = sorted((judge_step(p, slo, window) for p in points), key=lambda s: s.load)
-    coverage, capacity, ceiling = _cover(steps, settings.tolerance, profile.axis == "concurrency")
+    coverage, capacity, ceiling = cover(steps, settings.tolerance, profile.axis == "concurrency")
     search = CapacitySearch(
         capacity=capacity, ceiling=ceiling, tolerance=settings.tolerance, lo=steps[0].load, hi=steps[-1].load,
         reason={"bracketed": "bracketed", "coarse": "bracketed", "above": "max_reached"}.get(
@@ -134,38 +91,6 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
                                                  "every gap: an approximation.")
     out.derived_from, out.coverage_note = result.slo, note
     return Rederived(slo=str(slo), measured_under=result.slo, coverage=coverage, note=note, steps=steps, result=out)
-
-
-def _cover(steps: list[LadderStep], tolerance: float, integer: bool) -> tuple[Coverage, float | None, float | None]:
-    """(coverage, capacity, ceiling): the highest decided pass below the lowest decided failure (or
-    saturation) and below the lowest point that decides nothing (client-limited)."""
-    failed = [s.load for s in steps if s.state in ("fail", "saturated")]
-    untrusted = [s.load for s in steps if s.state == "untrusted"]
-    ceiling = min(failed, default=None)
-    limit = min([x for x in (ceiling, min(untrusted, default=None)) if x is not None], default=None)
-    passes = [s.load for s in steps if s.state == "pass" and (limit is None or s.load < limit)]
-    capacity = max(passes, default=None)
-    if capacity is None:
-        # below the ladder only if its lowest point itself breaks the SLO, not a point that could not decide
-        undecided_below = any(s.state == "undecided" and (limit is None or s.load < limit) for s in steps)
-        return ("below" if ceiling is not None and not undecided_below else "undecided"), None, ceiling
-    if ceiling is None:
-        return "above", capacity, None
-    # as the search: a bracket may end on an undecided load (near the bound a window may not decide);
-    # the ceiling reported stays the decided failure above it
-    edge = min(s.load for s in steps if s.load > capacity and s.state != "pass")
-    close = edge <= capacity * (1 + tolerance) + 1e-9 or (integer and edge - capacity <= 1)
-    return ("bracketed" if close else "coarse"), capacity, ceiling
-
-
-def start_from(steps: list[LadderStep]) -> float | None:
-    """Where a search for this SLO should begin on the ladder: its capacity there, else half the
-    lowest failure (None: no point decides)."""
-    steps = sorted(steps, key=lambda s: s.load)
-    _, capacity, ceiling = _cover(steps, 0.0, False)
-    if capacity is not None:
-        return capacity
-    return ceiling / 2 if ceiling is not None else None
 
 
 def _note(coverage: Coverage, steps: list[LadderStep], capacity: float | None, ceiling: float | None, slo: Slo,

@@ -3,14 +3,18 @@ configurations vLLM would refuse without a server start (tune.py searches it).""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ..errors import UsageError, did_you_mean
 from ..machine import has_gpu
 from ..serve.config import ServeConfig
 
-if TYPE_CHECKING:
-    from .tune import TuneSettings
+
+class SpaceSettings(Protocol):
+    """What resolve_space reads of the tune settings (tune.TuneSettings has it)."""
+
+    space: dict[str, list[Any]]
+    knobs: list[str] | None
 
 # Choices per knob; None is vLLM's default (the flag is not passed).
 DEFAULT_SPACE: dict[str, list[Any]] = {
@@ -26,7 +30,7 @@ TUNABLE = set(DEFAULT_SPACE) | set(GPU_SPACE) | {"tensor_parallel_size", "pipeli
 BOOL_KNOBS = {"enable_chunked_prefill", "enforce_eager"}
 
 
-def resolve_space(settings: TuneSettings, gpus: int | None = None) -> dict[str, list[Any]]:
+def resolve_space(settings: SpaceSettings, gpus: int | None = None) -> dict[str, list[Any]]:
     """The default space (with GPU knobs where there are GPUs, parallel sizes up to their count),
     the recipe's/CLI's `space` merged over it (an empty list removes a knob), `knobs` kept."""
     gpus = gpus if gpus is not None else _gpu_count()
