@@ -148,7 +148,8 @@ def _bench_points(store: Store, record: Record | None) -> list[dict[str, Any]]:
 
 
 def _serve_command(repo: str, ev: Evidence) -> tuple[list[str], str]:
-    """`vllm serve REPO ...` with the tuned knobs when `quantkit tune` ran, else the benchmarked ones."""
+    """`vllm serve REPO ...` with the tuned knobs when `quantkit tune` ran, else those its capacity or
+    benchmark was measured with."""
     tune = ev.tune.result if ev.tune is not None else None
     if tune is not None and (tune.get("best") or {}).get("config") is not None:
         best = tune["best"]
@@ -161,13 +162,16 @@ def _serve_command(repo: str, ev: Evidence) -> tuple[list[str], str]:
             return config.to_args(mask=True), why
         except ValueError:
             pass
-    bench = ev.bench.result if ev.bench is not None and ev.bench.result else None
-    serve_config = ((bench or {}).get("server") or {}).get("serve_config")
-    if serve_config:
-        try:
-            return ServeConfig.model_validate(serve_config).to_args(mask=True), "the configuration that was benchmarked"
-        except ValueError:
-            pass
+    for kind, why in (("capacity", "the configuration whose capacity was measured"),
+                      ("bench", "the configuration that was benchmarked")):
+        record = ev.stages.get(kind)
+        result = record.result if record is not None and record.status == "done" and record.result else {}
+        serve_config = (result.get("server") or {}).get("serve_config")
+        if serve_config:
+            try:
+                return ServeConfig.model_validate(serve_config).to_args(mask=True), why
+            except ValueError:
+                pass
     return [], "vLLM's defaults (no benchmark or tune result is stored)"
 
 

@@ -126,6 +126,7 @@ def test_the_card_publishes_a_steady_state_capacity_with_its_tiers_and_never_a_b
     assert "open-loop Poisson arrivals (128 prompt / 64 output tokens)" in section
     assert "| ttft_p95=100 (measured) | 10 req/s offered+ |" in section  # the ladder's top still met it
     assert "| mlperf-server: ttft_p99=2,tpot_p99=0.1 |" in section and "MLPerf Inference v5.1" in section
+    assert "Flags: the configuration whose capacity was measured." in card  # its serve config, not bare defaults
     (record,) = [r for r in store.records(kind="capacity") if r.variant == "int8"]
     burst = {**record.result, "settings": {**record.result["settings"], "profile": "burst"}}
     rec = store.begin(run_key("capacity", v="int8-burst"), "capacity", "m", "int8", record.params)
