@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from quantkit.cli import app
 from quantkit.measure.slo import parse_slo
 from quantkit.report.gather import compare
+from quantkit.serve.server import ServerInfo
 from quantkit.store import Store, run_key
 
 MEASURED = "ttft_p95=100"
@@ -28,6 +29,8 @@ def fill(store: Store) -> None:
                                              ("int8", 0.08, [1, 2, 5, 5.5, 10], (0.59, 0.70))):
         folder = f"/models/m-{variant}"
         result, stored = ladder(rates, ttft_per_rate=per_rate, slo=MEASURED, model_dir=folder)
+        result.server = ServerInfo(url="http://127.0.0.1:1", model_name=variant,
+                                   serve_config={"enforce_eager": True, "max_model_len": 2048})
         params = {"checkpoint": folder, "slo": MEASURED, "capacity": result.settings.model_dump(mode="json")}
         rec = store.begin(run_key("capacity", v=variant), "capacity", "m", variant, params)
         for p in stored:
@@ -126,7 +129,8 @@ def test_the_card_publishes_a_steady_state_capacity_with_its_tiers_and_never_a_b
     assert "open-loop Poisson arrivals (128 prompt / 64 output tokens)" in section
     assert "| ttft_p95=100 (measured) | 10 req/s offered+ |" in section  # the ladder's top still met it
     assert "| mlperf-server: ttft_p99=2,tpot_p99=0.1 |" in section and "MLPerf Inference v5.1" in section
-    assert "Flags: the configuration whose capacity was measured." in card  # its serve config, not bare defaults
+    # its serve config, not bare defaults
+    assert "--max-model-len 2048 --enforce-eager\n```\n\nFlags: the configuration whose capacity was measured." in card
     (record,) = [r for r in store.records(kind="capacity") if r.variant == "int8"]
     burst = {**record.result, "settings": {**record.result["settings"], "profile": "burst"}}
     rec = store.begin(run_key("capacity", v="int8-burst"), "capacity", "m", "int8", record.params)
