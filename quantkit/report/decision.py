@@ -93,7 +93,7 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
         load=cap.get("load"), reason=search.get("reason"), ceiling=search.get("ceiling") if cap else None,
         edge=_edge(cap.get("load"), search),
         req_s=cap.get("req_s"), output_tok_s=cap.get("output_tok_s"),
-        goodput_req_s=cap.get("goodput_req_s"), tolerance=float(settings.get("tolerance") or 0.10),
+        goodput_req_s=_goodput(cap, result.get("points") or []), tolerance=float(settings.get("tolerance") or 0.10),
         points=int(result.get("points_spent") or len(result.get("points") or [])),
         bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"),
         serve_args=args_of(server.get("serve_config")), label=label,
@@ -111,6 +111,16 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
         elif result.get("error"):
             cell.blocker = result["error"]
     return cell
+
+
+def _goodput(cap: dict[str, Any], points: list[dict[str, Any]]) -> float | None:
+    """Goodput at capacity; at a Poisson capacity the offered rate x attainment, as capacity.py now
+    stores it, also for records stored before (their figure was the window's own, noisy count)."""
+    i = cap.get("point_index")
+    point = points[i] if isinstance(i, int) and 0 <= i < len(points) else {}
+    if point.get("window") and point.get("rate") is not None and point.get("slo_attainment") is not None:
+        return float(point["rate"]) * float(point["slo_attainment"])
+    return cap.get("goodput_req_s")
 
 
 def _edge(load: float | None, search: dict[str, Any]) -> float | None:

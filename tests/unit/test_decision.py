@@ -165,3 +165,13 @@ def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
                                             search=CapacitySearch(capacity=None, ceiling=None, reason="untrusted",
                                                                   tolerance=0.1, lo=1, hi=8, steps=[]))
     assert "limited by quantkit's client" in result.summary() and "not met" not in result.summary()
+
+
+def test_a_poisson_cell_s_goodput_is_the_offered_rate_times_attainment_even_for_older_records():
+    from quantkit.report.decision import capacity_cell
+
+    stored = {"slo": SLO, "settings": {"profile": "poisson", "tolerance": 0.15},
+              "capacity": {"load": 6.48, "req_s": 6.79, "output_tok_s": 367, "goodput_req_s": 6.79, "point_index": 0},
+              "search": {"reason": "bracketed", "ceiling": 7.05},
+              "points": [{"profile": "rate", "rate": 6.48, "slo_attainment": 0.98, "window": {"verdict": "pass"}}]}
+    assert capacity_cell(stored).goodput == pytest.approx(6.48 * 0.98)
