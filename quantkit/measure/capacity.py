@@ -361,16 +361,18 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
                 measure_at: Callable[[float], BenchPoint], near: float | None) -> CapacitySearch:
     """Search the ladder for `slo` too: a load the ladder holds is judged again from its requests
     (ladder.judge_step), only the loads it lacks are measured (and judged live under `slo`)."""
+    judged = {x: judge_step(p, slo, window) for x, p in kept.items()}  # each stored point judged once
+
     def measure(load: float) -> Verdict:
         if float(load) not in kept:
             measure_at(load)  # kept, with its requests, by measure_at
-        step = judge_step(kept[float(load)], slo, window)
+        step = judged.get(float(load)) or judge_step(kept[float(load)], slo, window)
         undecided_pass = step.state == "undecided" and step.margin is not None and step.margin <= 1.0
         return Verdict(passed=step.state == "pass" or undecided_pass, margin=step.margin,
                        trusted=step.state != "untrusted", decided=step.state in ("pass", "fail", "saturated"),
                        state=step.state if step.state in ("pass", "fail", "saturated") else None)
 
-    found = search(measure, start_from([judge_step(p, slo, window) for p in kept.values()]) or near)
+    found = search(measure, start_from(list(judged.values())) or near)
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
     return found
@@ -453,13 +455,17 @@ def finish(result: CapacityResult, search: CapacitySearch) -> CapacityResult:
 
 
 def _goodput_at(p: BenchPoint) -> float | None:
-    """Goodput at the capacity point. Under open-loop arrivals the load is the rate offered, so the
+    return goodput_at(p.rate, p.slo_attainment, p.goodput_req_s, windowed=p.window is not None)
+
+
+def goodput_at(rate: float | None, attainment: float | None, counted: float | None, *, windowed: bool) -> float | None:
+    """Goodput at a capacity point. Under open-loop arrivals the load is the rate offered, so the
     goodput a deployment gets there is rate x attainment: the window's own count over its span
-    (`p.goodput_req_s`) adds the arrivals' Poisson noise (about 9% in a 20-s window at 6 req/s),
-    which is no property of the server. A closed loop sets no rate: its count is the figure."""
-    if p.window is not None and p.rate is not None and p.slo_attainment is not None:
-        return p.rate * p.slo_attainment
-    return p.goodput_req_s
+    (`counted`) adds the arrivals' Poisson noise (about 9% in a 20-s window at 6 req/s), which is
+    no property of the server. A closed loop sets no rate: its count is the figure."""
+    if windowed and rate is not None and attainment is not None:
+        return float(rate) * float(attainment)
+    return counted
 
 
 def capacity(model_dir: Path, slo: Slo | None, settings: CapacitySettings | None = None, *, url: str | None = None,

@@ -116,11 +116,12 @@ def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", 
 def _goodput(cap: dict[str, Any], points: list[dict[str, Any]]) -> float | None:
     """Goodput at capacity; at a Poisson capacity the offered rate x attainment, as capacity.py now
     stores it, also for records stored before (their figure was the window's own, noisy count)."""
+    from ..measure.capacity import goodput_at
+
     i = cap.get("point_index")
     point = points[i] if isinstance(i, int) and 0 <= i < len(points) else {}
-    if point.get("window") and point.get("rate") is not None and point.get("slo_attainment") is not None:
-        return float(point["rate"]) * float(point["slo_attainment"])
-    return cap.get("goodput_req_s")
+    return goodput_at(point.get("rate"), point.get("slo_attainment"), cap.get("goodput_req_s"),
+                      windowed=bool(point.get("window")))
 
 
 def _edge(load: float | None, search: dict[str, Any]) -> float | None:

@@ -51,15 +51,16 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
                                   for r in rows])
         result.ratio_bracket = _ratio_bracket(result.decision)
         out.append(result)
+    ladders = {v.name: store.points(rec.id) for v in variants
+               if v.capacity is not None and (rec := by_variant.get(v.name, {}).get("capacity")) is not None}
     for tier in TIERS.values():
         slo = parse_slo(tier.slo)
         result = TierResult(name=tier.name, slo=str(slo), source=tier.source)
         for v in variants:
-            record = by_variant.get(v.name, {}).get("capacity")
-            if record is None or v.capacity is None:
+            if v.name not in ladders:
                 continue
             try:
-                derived = rederive(v.capacity, store.points(record.id), slo,
+                derived = rederive(v.capacity, ladders[v.name], slo,
                                    model_dir=v.model_dir or None)
             except UsageError:
                 continue  # a burst ladder: the main table labels it; a tier cannot be judged on it
