@@ -92,4 +92,7 @@ def main() -> None:
 
         sys.stderr.write("interrupted\n")
         code = interrupted_exit_code()
+    # The command is over (its record written, its servers stopped): a Ctrl-C from here on has
+    # nothing to interrupt, and would only end the process by SIGINT in place of its exit code.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     sys.exit(code if isinstance(code, int) else 0)
