@@ -30,7 +30,8 @@ LLMCOMPRESSOR = "llmcompressor"
 class Method:
     name: str
     description: str
-    calibrated: bool  # needs calibration data (awq, gptq); False: data-free (round-to-nearest, fp8)
+    calibrated: bool  # needs calibration data (awq, gptq); False: data-free (round-to-nearest, fp8), unless a
+    # recipe adds a calibrated KV cache (`kv_cache: fp8`), whose scales are calibrated for any method
     weight_bits: int
     backends: tuple[str, ...]  # registry.BACKENDS names that implement it
     # "module:attr" of `(recipe, common) -> list of modifiers` (quantize/llmcompressor.py), where
@@ -106,6 +107,12 @@ METHODS = MethodRegistry(
                calibrated=True, weight_bits=8, backends=(LLMCOMPRESSOR,), modifiers=f"{_LLMC}:gptq_modifiers"),
         Method("fp8", "FP8 dynamic: per-channel FP8 weights, dynamic per-token FP8 activations (no calibration)",
                calibrated=False, weight_bits=8, backends=(LLMCOMPRESSOR,), modifiers=f"{_LLMC}:quantization_modifiers"),
+        Method("w4a8-fp8", "W4A8-FP8: GPTQ int4 weights (symmetric, group 128), dynamic per-token FP8 activations; "
+               "Hopper GPUs only (calibrated)",
+               calibrated=True, weight_bits=4, backends=(LLMCOMPRESSOR,), modifiers=f"{_LLMC}:gptq_modifiers"),
+        Method("w4a8-fp8-awq", "W4A8-FP8 with AWQ scaling before the int4 rounding (group 128); Hopper GPUs only "
+               "(calibrated)",
+               calibrated=True, weight_bits=4, backends=(LLMCOMPRESSOR,), modifiers=f"{_LLMC}:awq_modifiers"),
         Method("w4a16-rtn", "W4A16 symmetric, group 128, round-to-nearest (no calibration)",
                calibrated=False, weight_bits=4, backends=(LLMCOMPRESSOR,), modifiers=f"{_LLMC}:quantization_modifiers"),
         Method("w8a16", "W8A16 per-channel INT8 weights, round-to-nearest (no calibration)",

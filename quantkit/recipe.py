@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import safeload
 from .errors import UsageError, did_you_mean
@@ -75,6 +75,17 @@ class Recipe(Strict):
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     # Backend-specific keyword arguments (e.g. AWQ's duo_scaling), passed through unchanged.
     options: dict[str, Any] = Field(default_factory=dict)
+    # A calibrated KV cache on top of the method: per-layer K/V scales (FP8, per tensor) stored in
+    # the checkpoint, used by vLLM with --kv-cache-dtype fp8. Any method may add it; it needs
+    # calibration data even where the method itself is data-free (fp8, rtn).
+    kv_cache: Literal["fp8"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kv_cache_calibrates(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("kv_cache") and not data.get("calibration"):
+            return {**data, "calibration": {}}  # the default calibration set (C4, 64 x 512)
+        return data
 
     @field_validator("method")
     @classmethod
@@ -93,13 +104,16 @@ class Recipe(Strict):
 
     @property
     def needs_calibration(self) -> bool:
-        return self.method in METHODS.calibrated()
+        return self.method in METHODS.calibrated() or self.kv_cache is not None
 
     def canonical(self) -> dict[str, Any]:
-        """Everything that changes the output, in a stable form (name and description do not)."""
+        """Everything that changes the output, in a stable form (name and description do not; an
+        unset kv_cache is left out, so recipes written before it existed keep their hashes)."""
         data = self.model_dump(mode="json", exclude={"name", "description"})
         if not self.needs_calibration:
             data["calibration"] = None
+        if data.get("kv_cache") is None:
+            data.pop("kv_cache", None)
         return data
 
     def hash(self) -> str:
@@ -213,6 +227,7 @@ class MethodEntry(Strict):
     calib: str | None = None
     group_size: int | None = None
     backend: str | None = None
+    kv_cache: Literal["fp8"] | None = None  # a calibrated FP8 KV cache on top of the method
 
     @field_validator("name")
     @classmethod
@@ -227,21 +242,22 @@ class MethodEntry(Strict):
         return value
 
     def label(self) -> str:
-        return self.name or self.method or Path(str(self.checkpoint)).name
+        kv = f"+kv-{self.kv_cache}" if self.kv_cache and self.method else ""
+        return self.name or (self.method + kv if self.method else Path(str(self.checkpoint)).name)
 
     def check(self) -> None:
         if (self.method is None) == (self.checkpoint is None):
             raise UsageError("give either method: (quantkit converts) or checkpoint: (an existing checkpoint), not "
                              + ("both" if self.method else "neither"))
         if self.checkpoint is not None and any(v is not None for v in (
-                self.recipe, self.num_samples, self.seq_len, self.calib, self.group_size, self.backend)):
+                self.recipe, self.num_samples, self.seq_len, self.calib, self.group_size, self.backend, self.kv_cache)):
             raise UsageError("a checkpoint: variant is not converted: leave out recipe, num_samples, seq_len, calib, "
-                             "group_size and backend")
+                             "group_size, backend and kv_cache")
 
     def quant_recipe(self) -> Recipe:
         base = load(self.recipe) if self.recipe else for_method(self.method)
         return override(base, num_samples=self.num_samples, seq_len=self.seq_len, calib=self.calib,
-                        group_size=self.group_size, backend=self.backend)
+                        group_size=self.group_size, backend=self.backend, kv_cache=self.kv_cache)
 
 
 class BenchSettings(Strict):

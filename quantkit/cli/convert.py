@@ -27,6 +27,7 @@ def convert(
     ignore: Optional[str] = typer.Option(None, "--ignore", help="Comma-separated layers left unquantized (default lm_head)."),
     group_size: Optional[int] = typer.Option(None, "--group-size", help="Preferred group size for grouped schemes."),
     backend: Optional[str] = typer.Option(None, "--backend", help="Quantization backend (default llmcompressor)."),
+    kv_cache: Optional[str] = typer.Option(None, "--kv-cache", help="Add a calibrated KV cache: fp8 (per-layer K/V scales, used by vLLM with --kv-cache-dtype fp8; any method, calibrates even a data-free one)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing output folder."),
     verify: bool = typer.Option(False, "--verify", help="Then load the output in vLLM and generate a few tokens."),
     json: Json = False,
@@ -42,12 +43,22 @@ def convert(
         "ignore": [x.strip() for x in ignore.split(",") if x.strip()] if ignore is not None else None,
         "group_size": group_size,
         "backend": backend,
+        "kv_cache": _kv_cache(kv_cache),
     }
     def body():
-        _refuse_calibration_flags(method, recipe, {"--num-samples": num_samples, "--seq-len": seq_len, "--calib": calib})
+        if kv_cache is None:  # a calibrated KV cache calibrates any method: the flags then apply
+            _refuse_calibration_flags(method, recipe, {"--num-samples": num_samples, "--seq-len": seq_len, "--calib": calib})
         return do_convert(model, method, output, recipe, overrides, force, verify)
 
     run_command(body, mode(json, quiet), _print_record)
+
+
+def _kv_cache(value: str | None) -> str | None:
+    if value is None or value.strip().lower() == "fp8":
+        return value and "fp8"
+    from ..errors import UsageError
+
+    raise UsageError(f"--kv-cache {value}: the calibrated KV cache quantkit makes is fp8 (--kv-cache fp8)")
 
 
 def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dict[str, object]) -> None:
@@ -67,7 +78,7 @@ def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dic
         calibrated = ", ".join(METHODS.calibrated())
         raise UsageError(f"{' and '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to {chosen}: it is data-free "
                          f"(no calibration); leave {'them' if len(given) > 1 else 'it'} out, or use a calibrated method "
-                         f"({calibrated})")
+                         f"({calibrated}), or add a calibrated KV cache (--kv-cache fp8)")
 
 
 def _print_record(record) -> None:
@@ -75,7 +86,8 @@ def _print_record(record) -> None:
     calib = record.calibration
     rows = [
         ("output", record.output_dir),
-        ("method", f"{record.method} ({record.scheme}" + (f", group {record.group_size})" if record.group_size else ")")),
+        ("method", f"{record.method} ({record.scheme}" + (f", group {record.group_size}" if record.group_size else "")
+         + (f", calibrated {record.recipe['kv_cache']} KV cache)" if (record.recipe or {}).get("kv_cache") else ")")),
         ("backend", f"{record.backend} {record.versions.get(record.backend, '')}".strip()),
         ("recipe", f"{record.recipe_name} ({record.recipe_hash})"),
         ("source", f"{record.source.ref} {record.source.fingerprint[:19]}"),

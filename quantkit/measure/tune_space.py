@@ -3,11 +3,13 @@ configurations vLLM would refuse without a server start (tune.py searches it).""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import UsageError, did_you_mean
 from ..machine import has_gpu
 from ..serve.config import ServeConfig
+from ..serve.hardware_fit import kv_cache_scheme
 
 
 class SpaceSettings(Protocol):
@@ -30,11 +32,21 @@ TUNABLE = set(DEFAULT_SPACE) | set(GPU_SPACE) | {"tensor_parallel_size", "pipeli
 BOOL_KNOBS = {"enable_chunked_prefill", "enforce_eager"}
 
 
-def resolve_space(settings: SpaceSettings, gpus: int | None = None) -> dict[str, list[Any]]:
+def resolve_space(settings: SpaceSettings, gpus: int | None = None, model_dir: Path | None = None) -> dict[str, list[Any]]:
     """The default space (with GPU knobs where there are GPUs, parallel sizes up to their count),
-    the recipe's/CLI's `space` merged over it (an empty list removes a knob), `knobs` kept."""
+    the recipe's/CLI's `space` merged over it (an empty list removes a knob), `knobs` kept.
+
+    A checkpoint with calibrated KV scales (`model_dir`'s kv_cache_scheme) is served with an FP8
+    KV cache that uses them: `kv_cache_dtype` is then no lever (vLLM's default already takes the
+    scales, and the tuner must not serve them away), and naming it in `space` is an error."""
     gpus = gpus if gpus is not None else _gpu_count()
     space = {k: list(v) for k, v in DEFAULT_SPACE.items()}
+    scaled = model_dir is not None and kv_cache_scheme(model_dir) is not None
+    if scaled:
+        space.pop("kv_cache_dtype")
+        if any(values and check_knob(name) == "kv_cache_dtype" for name, values in settings.space.items()):
+            raise UsageError(f"{Path(model_dir).name} carries calibrated FP8 KV-cache scales, served with "
+                             "--kv-cache-dtype fp8: leave kv-cache-dtype out of the tune space")
     if gpus or has_gpu():
         space.update({k: list(v) for k, v in GPU_SPACE.items()})
     if gpus and gpus > 1:
@@ -43,6 +55,8 @@ def resolve_space(settings: SpaceSettings, gpus: int | None = None) -> dict[str,
         space["pipeline_parallel_size"] = [None, *[n for n in (2, 4) if n <= gpus]]
     for name, values in settings.space.items():
         knob = check_knob(name)
+        if scaled and knob == "kv_cache_dtype":
+            continue
         if not values:
             space.pop(knob, None)
             continue

@@ -273,7 +273,7 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: Store, summary:
 
     plan = ctx.plan
     slo = plan.slo_object()
-    space = tune.resolve_space(plan.tune)
+    space = tune.resolve_space(plan.tune, model_dir=folder)
     study = tune.study_key(folder, slo, plan.capacity, plan.tune, space, plan.serve, ctx.vllm, ctx.common)
     key = run_key("tune", study=study, budget=plan.tune.budget)
     if store.done(key) and not ctx.force:

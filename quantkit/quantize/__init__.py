@@ -50,6 +50,9 @@ def plan(
         raise UsageError(
             f"backend '{backend}' does not do method '{chosen.method}' (it does: {', '.join(sorted(backend_cls.methods))})"
         )
+    if chosen.kv_cache is not None and backend != "llmcompressor":
+        raise UsageError(f"a calibrated KV cache (kv_cache: {chosen.kv_cache}) is made by the llmcompressor backend, "
+                         f"not '{backend}': leave --backend out, or drop the KV cache")
     if hasattr(backend_cls, "check_machine"):  # e.g. AutoGPTQ without CUDA: refuse before anything starts
         backend_cls.check_machine(chosen.method)
     # a ResolvedModel travels down as it is: resolving its path again would lose its provenance
@@ -71,7 +74,8 @@ def convert(
 ) -> ConvertRecord:
     started = time.monotonic()
     resolved, chosen = plan(model, method, recipe, overrides)
-    out = check_output(Path(output) if output else default_output(resolved.name, chosen.method), resolved.path, force)
+    label = chosen.method + (f"+kv-{chosen.kv_cache}" if chosen.kv_cache else "")
+    out = check_output(Path(output) if output else default_output(resolved.name, label), resolved.path, force)
 
     info(f"convert {resolved.ref} -> {out} ({chosen.method} via {chosen.backend}, recipe {chosen.name})")
     source = SourceModel(ref=resolved.ref, kind=resolved.kind, path=str(resolved.path), fingerprint=resolved.fingerprint())
@@ -196,7 +200,8 @@ def _quantization_config(folder: Path) -> dict[str, Any] | None:
     if not isinstance(qc, dict):
         return None
     # the essentials only: the full config (with every layer's scheme) stays in config.json
-    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point", "sym")
+    keys = ("quant_method", "format", "quantization_status", "bits", "group_size", "version", "zero_point", "sym",
+            "kv_cache_scheme")  # a calibrated KV cache: vLLM serves it with --kv-cache-dtype fp8
     summary = {k: qc[k] for k in keys if k in qc}
     groups = qc.get("config_groups") or {}
     if groups:

@@ -2,11 +2,13 @@
 
 Runs in quantkit's main environment. Which methods it does, and which builder below makes each
 one's modifiers, is the methods' registry (methods.py); the builders:
-- awq_modifiers          : AWQModifier (scaling) + QuantizationModifier(scheme)     awq
-- gptq_modifiers         : [SmoothQuantModifier(strength)] + GPTQModifier(scheme)   gptq, int8
+- awq_modifiers          : AWQModifier (scaling) + QuantizationModifier(scheme)     awq, w4a8-fp8-awq
+- gptq_modifiers         : [SmoothQuantModifier(strength)] + GPTQModifier(scheme)   gptq, int8, w4a8-fp8
 - quantization_modifiers : QuantizationModifier(scheme), data-free                  fp8, w4a16-rtn, w8a16
 The scheme is the recipe's compressed-tensors preset with its group size (W4A16_ASYM group G for
-awq, W4A16 group G for gptq and w4a16-rtn, W8A8 for int8, FP8_DYNAMIC, W8A16 per channel).
+awq, W4A16 group G for gptq and w4a16-rtn, W8A8 for int8, FP8_DYNAMIC, W8A16 per channel, W4AFP8
+group G for w4a8-fp8 and w4a8-fp8-awq). A recipe's `kv_cache: fp8` adds a kv_cache_scheme to the
+quantization modifier (calibrated K/V scales, for any method).
 """
 
 from __future__ import annotations
@@ -100,7 +102,7 @@ class LLMCompressorBackend:
             if compute_dtype != recipe.dtype:
                 model.to(save_dtype)
             model.config.dtype = save_dtype
-            model.save_pretrained(out_dir, save_compressed=True)
+            model.save_pretrained(out_dir, save_compressed=True, quantization_format=SAVE_FORMAT.get(recipe.scheme))
             tokenizer.save_pretrained(out_dir)
         notes = []
         if compute_dtype != recipe.dtype:
@@ -141,7 +143,19 @@ def build_modifiers(recipe: Recipe, group_size: int | None) -> list[Any]:
     """The llm-compressor modifiers a recipe stands for (the 'recipe' argument of oneshot): its
     method's builder (methods.py) given the scheme and ignore list every modifier shares."""
     common = {"config_groups": {"group_0": quant_scheme(recipe.scheme, group_size)}, "ignore": list(recipe.ignore)}
+    if recipe.kv_cache is not None:
+        common["kv_cache_scheme"] = KV_CACHE_SCHEMES[recipe.kv_cache]
     return METHODS[recipe.method].modifier_builder()(recipe, common)
+
+
+# Formats compressed-tensors would infer wrongly for vLLM: 0.19 saves W4AFP8 as int-quantized (int4
+# values in int8, unpacked), but vLLM's W4A8-FP8 scheme loads `weight_packed` (int32, 8 per word)
+# and `weight_shape`, which only pack-quantized writes.
+SAVE_FORMAT = {"W4AFP8": "pack-quantized"}
+
+# llm-compressor's examples/quantization_kv_cache: static per-tensor FP8 (E4M3) scales for K and V,
+# observed on the calibration data; vLLM reads them with --kv-cache-dtype fp8
+KV_CACHE_SCHEMES = {"fp8": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}
 
 
 def awq_modifiers(recipe: Recipe, common: dict[str, Any]) -> list[Any]:

@@ -25,6 +25,20 @@ DETAIL = re.compile(r"ERROR .*?\]\s+(\S.*cannot implement due to: .*)")
 
 
 def verify_in_vllm(dirs: list[Path], timeout: float = 900.0) -> list[dict[str, Any]]:
+    """One result per folder, in order: `ok`, or the `error` vLLM (or, for a format this machine's
+    vLLM cannot run, quantkit before loading it: `refused`) gave."""
+    from ..machine import has_gpu
+    from ..serve.hardware_fit import gpu_capability, refusal
+
+    capability = gpu_capability() if has_gpu() else None
+    refused = {str(d): refusal(Path(d), capability) for d in dirs}
+    loadable = [d for d in dirs if not refused[str(d)]]
+    results = {r["model"]: r for r in _probe(loadable, timeout)} if loadable else {}
+    return [results.get(str(d)) or {"model": str(d), "ok": False, "refused": True, "error": refused[str(d)]}
+            for d in dirs]
+
+
+def _probe(dirs: list[Path], timeout: float) -> list[dict[str, Any]]:
     python = settings.backend_python("vllm")
     if python is None:
         raise SetupError("no vLLM environment: run scripts/setup.sh or set QUANTKIT_VLLM")

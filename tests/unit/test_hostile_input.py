@@ -319,7 +319,7 @@ def test_calibration_flags_on_a_data_free_method_are_refused(tmp_path, args, wor
 
     result = CliRunner().invoke(app, ["convert", str(tmp_path / "no-model"), *args])
     assert result.exit_code == 2, result.output
-    assert words in result.output and "calibrated method (awq, gptq, int8)" in result.output
+    assert words in result.output and "calibrated method (awq, gptq, int8, w4a8-fp8, w4a8-fp8-awq), or add a calibrated KV cache (--kv-cache fp8)" in result.output
 
 
 def test_calibration_flags_on_a_calibrated_method_pass_the_check():

@@ -13,9 +13,10 @@ from quantkit.report.card import _bits
 
 def test_the_methods_are_the_ones_before_the_registry():
     # the order is --method's help and did-you-mean's; calibrated ones are named by the data-free refusal
-    assert METHODS.names() == ["awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16"]
-    assert METHODS.calibrated() == ["awq", "gptq", "int8"]
-    assert {m.name: m.weight_bits for m in METHODS} == {"awq": 4, "gptq": 4, "int8": 8, "fp8": 8, "w4a16-rtn": 4, "w8a16": 8}
+    assert METHODS.names() == ["awq", "gptq", "int8", "fp8", "w4a8-fp8", "w4a8-fp8-awq", "w4a16-rtn", "w8a16"]
+    assert METHODS.calibrated() == ["awq", "gptq", "int8", "w4a8-fp8", "w4a8-fp8-awq"]
+    assert {m.name: m.weight_bits for m in METHODS} == {"awq": 4, "gptq": 4, "int8": 8, "fp8": 8, "w4a8-fp8": 4,
+                                                        "w4a8-fp8-awq": 4, "w4a16-rtn": 4, "w8a16": 8}
 
 
 def test_every_method_has_a_builtin_recipe_that_agrees_with_its_entry():
@@ -28,7 +29,7 @@ def test_every_method_has_a_builtin_recipe_that_agrees_with_its_entry():
 
 def test_each_backend_does_the_methods_whose_entry_names_it():
     before = {  # the backends' own lists before the registry
-        "llmcompressor": {"awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16"},
+        "llmcompressor": {"awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16", "w4a8-fp8", "w4a8-fp8-awq"},
         "gptqmodel": {"gptq", "awq"},
         "autoawq": {"awq"},
         "auto-gptq": {"gptq"},
