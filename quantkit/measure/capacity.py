@@ -44,7 +44,7 @@ from .search import CapacitySearch, Verdict, search_capacity
 from .slo import Slo
 from . import profiles, tiers
 from .confidence import requests_needed
-from .window import WindowSettings, WindowStop
+from .window import WindowSettings, WindowStop, idle_request_s
 from .workload import PromptSource, poisson_schedule
 
 # A steady state's latency is flat, then climbs steeply near saturation: a power law through two
@@ -163,6 +163,10 @@ class CapacityResult(BaseModel):
                 why = f": {last.client_limited_reason}" if last and last.client_limited_reason else ""
                 return (f"no capacity: the point at {where} was limited by quantkit's client, not the server, "
                         f"so it decides nothing{why}")
+            low = min(self.points, key=lambda p: p.rate or p.concurrency or 0, default=None)
+            if low is not None and low.window is not None and low.window.verdict == "saturated":  # whatever its p95s read
+                return (f"the SLO {self.slo} is not sustained even at {profile.label(low.rate or low.concurrency)}: saturated "
+                        "(arrivals outpaced completions: a growing queue); measure lower loads (--capacity-start)")
             return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
         c = self.capacity
         load = profile.label(c.load)
@@ -376,17 +380,6 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
     return found
-
-
-def idle_request_s(warm: list[RequestResult], output_len: int) -> float:
-    """One request's duration on the idle server at the search's output length, from the warm-up
-    requests (shorter: their own TPOT scaled to the full length)."""
-    ok = [r for r in warm if r.ok and r.e2e is not None and r.ttft is not None]
-    if not ok:
-        return 1.0
-    r = ok[-1]  # the first ones pay one-time costs
-    tpot = r.tpot if r.tpot is not None else 0.0
-    return max(1e-3, r.ttft + tpot * max(output_len - 1, 0))
 
 
 def describe_point(point: BenchPoint) -> str:

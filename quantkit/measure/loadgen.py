@@ -50,6 +50,7 @@ from ..console import warn
 from ..errors import BackendError, UsageError
 from . import client
 from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
+from .metrics import wait_drained
 from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
 from .samples import encode as encode_samples
 from .watchers import Stop, quiet_watch, stop_watch, watch
@@ -446,6 +447,8 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
             warn(f"the load generator limited this point ({point.client_limited_reason}); "
                  f"measuring it again with {again} client workers")
         count, prompts, attempt = again, fresh, attempt + 1
+        # the next attempt starts on an idle server, not on the requests the last one left behind
+        await wait_drained(target.api_url.removesuffix("/v1"), headers=client.headers(target.api_key))
     point.client.attempts = attempt
     point = slo.judge(point, results) if slo is not None else point
     if point.window is not None and point.slo is not None:  # the verdict at a confidence decides

@@ -156,7 +156,7 @@ def client_limit(stats: ClientStats, itl_p50_s: float | None = None, e2e_p50_s: 
         text = (f"event-loop lag p50 {stats.loop_lag_p50_ms:.1f} ms, p99 {stats.loop_lag_p99_ms:.1f} ms "
                 f"(limits {p50_limit:.3g} / {p99_limit:.3g} ms)")
         if stats.busiest_worker < 0.5:
-            text += f" while the client used only {stats.busiest_worker:.0%} of a core: other processes kept it waiting"
+            text += f" while the client used only {stats.busiest_worker:.0%} of a core: it was kept waiting, most likely by other processes on this host"
         why.append(text)
     send_limit = max(SEND_LAG_P99_LIMIT_MS, 50.0 * e2e_p50_s if e2e_p50_s else 0.0)
     if stats.send_lag_p99_ms is not None and stats.send_lag_p99_ms > send_limit:
