@@ -254,10 +254,16 @@ class MethodEntry(Strict):
             raise UsageError("a checkpoint: variant is not converted: leave out recipe, num_samples, seq_len, calib, "
                              "group_size, backend and kv_cache")
 
+    def overrides(self) -> dict[str, Any]:
+        """What this entry changes in its method's recipe: the one list that both the run key
+        (`quant_recipe`) and the conversion read (a second copy once left kv_cache out of the
+        conversion while the key had it: an int8 checkpoint stored as int8+kv-fp8)."""
+        return {"num_samples": self.num_samples, "seq_len": self.seq_len, "calib": self.calib,
+                "group_size": self.group_size, "backend": self.backend, "kv_cache": self.kv_cache}
+
     def quant_recipe(self) -> Recipe:
         base = load(self.recipe) if self.recipe else for_method(self.method)
-        return override(base, num_samples=self.num_samples, seq_len=self.seq_len, calib=self.calib,
-                        group_size=self.group_size, backend=self.backend, kv_cache=self.kv_cache)
+        return override(base, **self.overrides())
 
 
 class BenchSettings(Strict):

@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from .. import checkpoint, settings
 from ..console import info, warn
-from ..errors import QuantkitError, UsageError
+from ..errors import BackendError, QuantkitError, UsageError
 from ..models import ResolvedModel
 from ..recipe import MethodEntry, RunRecipe
 from ..store import Store, run_key
@@ -160,11 +160,10 @@ def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: Ru
                          recipe_hash=quant.hash()) as rec:
             # `out` is this key's own folder (owned_dir): replacing it (a leftover of a killed run,
             # or --force) never touches a checkpoint that another run or store relies on
-            record = convert(ctx.model, entry.method, out, recipe=entry.recipe, force=True,
-                             overrides={"num_samples": entry.num_samples, "seq_len": entry.seq_len,
-                                        "calib": entry.calib, "group_size": entry.group_size,
-                                        "backend": entry.backend},
+            record = convert(ctx.model, entry.method, out, recipe=entry.recipe, force=True, overrides=entry.overrides(),
                              owner={"run_key": key, "store": str(getattr(store, "path", ""))})
+            if record.recipe_hash != quant.hash():  # the key's recipe is not the one converted: never store it
+                raise BackendError(f"converted with recipe {record.recipe_hash}, not the run key's {quant.hash()}")
             rec.finish(record.model_dump(mode="json"), str(out / checkpoint.RECORD_FILE))
     except QuantkitError as exc:
         warn(f"[{entry.label()}] convert failed: {exc.one_line()}; the other methods go on")
