@@ -32,6 +32,11 @@ from .serve.config import ServeConfig
 
 SCHEMA_VERSION = 1
 
+def variant_label(method: str, kv_cache: str | None) -> str:
+    """A conversion's name: its method, with its calibrated KV cache if any (`fp8+kv-fp8`)."""
+    return method + (f"+kv-{kv_cache}" if kv_cache else "")
+
+
 def check_method(name: str) -> str:
     """A method's name (case-folded), or a UsageError naming the removed or nearest one (methods.py)."""
     return METHODS.check(name)
@@ -242,8 +247,7 @@ class MethodEntry(Strict):
         return value
 
     def label(self) -> str:
-        kv = f"+kv-{self.kv_cache}" if self.kv_cache and self.method else ""
-        return self.name or (self.method + kv if self.method else Path(str(self.checkpoint)).name)
+        return self.name or (variant_label(self.method, self.kv_cache) if self.method else Path(str(self.checkpoint)).name)
 
     def check(self) -> None:
         if (self.method is None) == (self.checkpoint is None):

@@ -55,8 +55,6 @@ def resolve_space(settings: SpaceSettings, gpus: int | None = None, model_dir: P
         space["pipeline_parallel_size"] = [None, *[n for n in (2, 4) if n <= gpus]]
     for name, values in settings.space.items():
         knob = check_knob(name)
-        if scaled and knob == "kv_cache_dtype":
-            continue
         if not values:
             space.pop(knob, None)
             continue

@@ -74,7 +74,7 @@ def convert(
 ) -> ConvertRecord:
     started = time.monotonic()
     resolved, chosen = plan(model, method, recipe, overrides)
-    label = chosen.method + (f"+kv-{chosen.kv_cache}" if chosen.kv_cache else "")
+    label = recipes.variant_label(chosen.method, chosen.kv_cache)
     out = check_output(Path(output) if output else default_output(resolved.name, label), resolved.path, force)
 
     info(f"convert {resolved.ref} -> {out} ({chosen.method} via {chosen.backend}, recipe {chosen.name})")

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..evals.gates import GateVerdict, overall_verdict
 from ..serve.config import args_of
+from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
 from .tiers import TierResult
@@ -292,8 +293,7 @@ def _format(v: Variant) -> str | None:
     if qc.get("format"):
         parts.append(f"({qc['format']})")
     if isinstance(qc.get("kv_cache_scheme"), dict):  # calibrated K/V scales, served with --kv-cache-dtype fp8
-        kv = qc["kv_cache_scheme"]
-        parts.append("+ KV cache " + ("fp8" if (kv.get("type"), kv.get("num_bits")) == ("float", 8) else f"{kv.get('type')}{kv.get('num_bits')}"))
+        parts.append(f"+ KV cache {kv_cache_label(qc['kv_cache_scheme'])}")
     return " ".join(parts)
 
 

@@ -58,8 +58,8 @@ def kv_cache_label(scheme: dict[str, Any] | None) -> str | None:
 
 @lru_cache(maxsize=1)
 def gpu_capability() -> float | None:
-    """The first visible NVIDIA GPU's compute capability (9.0 on an H200), None without one or when
-    `nvidia-smi` cannot say."""
+    """The first visible NVIDIA GPU's compute capability (9.0 on an H200); None on a CPU machine
+    (no `nvidia-smi`) or when `nvidia-smi` cannot say."""
     if shutil.which("nvidia-smi") is None:
         return None
     try:

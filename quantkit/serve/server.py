@@ -191,7 +191,7 @@ class VLLMServer:
         # seconds here instead of a vLLM start that fails after a minute with a traceback
         checkpoint.validate(self.model_dir, supported_architectures(), weights=self.config.load_format != "dummy")
         check_quantization_flag(self.model_dir, self.config.quantization, gpu=has_gpu())
-        check_servable(self.model_dir, gpu_capability() if has_gpu() else None)
+        check_servable(self.model_dir, gpu_capability())
         self.config = serve_defaults(self.model_dir, self.config)  # calibrated KV scales: --kv-cache-dtype fp8
         self._headers = auth_headers(self._api_key, "the API key (--serve-arg api-key or VLLM_API_KEY)")
         if self.port is None:
