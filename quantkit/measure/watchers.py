@@ -36,10 +36,14 @@ Stop = Callable[[list["RequestResult"], float], "str | None"]
 
 async def stop_watch(stop_when: Stop, finished: Callable[[], list[RequestResult]], started: float,
                       halt: Callable[[], None], reason: list[str]) -> None:
-    """Ask `stop_when` every second; on a reason, record it and halt the point."""
+    """Ask `stop_when` every second; on a reason, record it and halt the point. The rule runs in a
+    thread, on a copy of the list: a verdict over thousands of requests takes tens of ms, which on
+    this loop would delay the sends and reads it measures (the GIL still passes between the two
+    every few ms)."""
     while True:
         await asyncio.sleep(1.0)
-        said = stop_when(finished(), time.perf_counter() - started)
+        results, elapsed = list(finished()), time.perf_counter() - started
+        said = await asyncio.to_thread(stop_when, results, elapsed)
         if said:
             reason.append(said)
             halt()
