@@ -63,7 +63,7 @@ from typing import Any
 from . import __version__, settings
 from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
 from .files import atomic_write_text
-from .evals.gates import GateVerdict, RecoveryReport, gate_failure_message, gates_text
+from .evals.gates import gate_failure_message, gates_text
 from .report.card import build_card
 from .report.gather import Evidence, evidence_for, variant_of
 from .store import Store
@@ -127,12 +127,10 @@ def _decide(store: Store, ev: Evidence) -> None:
     if v.recovery is None:
         ev.reason = f"recovery against the baseline cannot be computed: {v.error or 'unknown reason'}"
         return
-    ev.recovery = v.recovery
-    verdicts = [GateVerdict.model_validate(g) for g in v.recovery.get("gates", [])]
-    if not verdicts:
+    ev.recovery = report = v.recovery
+    if not report.gates:
         ev.reason = "no gate was given (--min-recovery / --min-task-recovery / --gate)"
         return
-    report = RecoveryReport.model_validate(v.recovery)
     if report.verdict != "pass":  # a failed gate, or an inconclusive one: neither vouches for the weights
         ev.reason = gate_failure_message(report)
         return
@@ -234,7 +232,7 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
     with Store() as store:
         ev = gather_evidence(store, path, gates)
         if not ev.validated and not force:
-            refusal = GateInconclusive if (ev.recovery or {}).get("verdict") == "inconclusive" else GateFailed
+            refusal = GateInconclusive if ev.recovery is not None and ev.recovery.verdict == "inconclusive" else GateFailed
             raise refusal(f"not pushing {path.name}: not validated ({ev.reason}); --force pushes it with a card that says so")
         model_card = build_card(store, ev, repo, base_model=base_model, forced=not ev.validated)
     files = _commit_files(path)
@@ -250,7 +248,7 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
         readme = _masked(scrub_paths(str(model_card), local_roots(path), own=True)).encode()
         result = _upload(path, repo, files, readme, token=token, private=private, force=force,
                          revision=revision, create_pr=create_pr,
-                         commit_message=commit_message or f"quantkit {__version__}: {ev.convert.get('method') if ev.convert else path.name} checkpoint with measured model card")
+                         commit_message=commit_message or f"quantkit {__version__}: {ev.convert.method if ev.convert else path.name} checkpoint with measured model card")
     except BaseException as exc:  # noqa: BLE001 - mapped to one line below, re-raised otherwise
         mapped = _map_error(exc, repo, token)
         if mapped is None:

@@ -26,13 +26,15 @@ import math
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import UsageError
-from ..evals.gates import GateVerdict, overall_verdict
+from ..evals.gates import overall_verdict
 from ..serve.config import args_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
+from ..serve.server import ServerInfo
+from . import records
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
 from .tiers import TierResult
 from .figures import lookup_bandwidth, pareto_front
@@ -44,15 +46,16 @@ SCHEMA_VERSION = 1
 
 
 class Variant(BaseModel):
-    """One row of the report: a checkpoint and what was measured on it."""
+    """One row of the report: a checkpoint and what was measured on it. The stored results are
+    validated once, here, into their models' tolerant forms (records.py): the report reads fields."""
 
     name: str  # "baseline", "awq", "int8", ...
     method: str  # "bf16" (the source dtype) for the baseline, else the quant method
     model_dir: str
-    convert: dict | None = None  # DIR/quantkit.json (ConvertRecord); None for the baseline
-    bench: dict | None = None  # a BenchRun JSON (quantkit/measure/bench.py)
-    eval: dict | None = None  # an EvalRun JSON (quantkit/evals/results.py)
-    recovery: dict | None = None  # a RecoveryReport JSON against the baseline
+    convert: records.Convert | None = None  # DIR/quantkit.json (ConvertRecord); None for the baseline
+    bench: records.Bench | None = None  # a BenchRun (quantkit/measure/bench.py)
+    eval: records.Eval | None = None  # an EvalRun (quantkit/evals/results.py)
+    recovery: records.Recovery | None = None  # a RecoveryReport against the baseline (evals/gates.py)
     accuracy_from: str | None = None  # the model whose evals gave recovery and gate (a proxy: proxy.py)
     status: str = "done"  # "done" | "failed" | "partial"
     error: str | None = None  # why it failed (shown, never hidden)
@@ -62,8 +65,18 @@ class Variant(BaseModel):
     # Memory vLLM reported for the weights once loaded ("Model loading took X GiB"), if known.
     weight_memory_bytes: int | None = None
     baseline: bool | None = None  # the reference variant (None: the one without a convert record)
-    capacity: dict | None = None  # a CapacityResult JSON: capacity under the SLO on the recipe's serve config
-    tune: dict | None = None  # a TuneResult JSON: the best configuration found and its capacity
+    capacity: records.Capacity | None = None  # a CapacityResult: capacity under the SLO on the recipe's serve config
+    tune: records.Tune | None = None  # a TuneResult (measure/tune.py): the best configuration found and its capacity
+
+    model_config = ConfigDict(validate_assignment=True)
+
+    @field_validator("convert", "bench", "eval", "recovery", "capacity", "tune", mode="before")
+    @classmethod
+    def _stored(cls, value: Any) -> Any:
+        # a strict result model (not its tolerant form) is read again as its JSON
+        if isinstance(value, BaseModel) and type(value).__module__ != records.__name__:
+            return value.model_dump(mode="json", exclude_unset=True)
+        return value
 
 
 # ----------------------------------------------------------------------------------------------
@@ -238,40 +251,39 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def _stat(point: dict, metric: str, q: str) -> float | None:
-    block = point.get(metric)
-    return _num(block.get(q)) if isinstance(block, dict) else None
+def _stat(stats: Any, q: str) -> float | None:
+    return _num(getattr(stats, q)) if stats is not None else None
 
 
-def _points(bench: dict) -> list[Point]:
+def _points(result: records.Bench | records.Capacity | None) -> list[Point]:
     out = []
-    for p in bench.get("points") or []:
+    for p in (result.points if result is not None else None) or []:
         out.append(Point(
-            profile=p.get("profile") or "concurrency", concurrency=p.get("concurrency"), rate=_num(p.get("rate")),
+            profile=p.profile or "concurrency", concurrency=p.concurrency, rate=_num(p.rate),
             # a point with no successful request measured no throughput (0 would be invented)
-            output_tok_s=_num(p.get("output_tok_s")) if p.get("successes") else None,
-            ttft_p50=_stat(p, "ttft", "p50"), ttft_p95=_stat(p, "ttft", "p95"),
-            itl_p50=_stat(p, "itl", "p50"), itl_p95=_stat(p, "itl", "p95"), tpot_p50=_stat(p, "tpot", "p50"),
-            ttft_p99=_stat(p, "ttft", "p99"), tpot_p95=_stat(p, "tpot", "p95"), tpot_p99=_stat(p, "tpot", "p99"),
-            verdict=(p.get("window") or {}).get("verdict"), successes=int(p.get("successes") or 0), failures=int(p.get("failures") or 0),
-            partial=bool(p.get("partial")), client_limited=bool(p.get("client_limited")),
-            client_limited_reason=p.get("client_limited_reason"),
+            output_tok_s=_num(p.output_tok_s) if p.successes else None,
+            ttft_p50=_stat(p.ttft, "p50"), ttft_p95=_stat(p.ttft, "p95"),
+            itl_p50=_stat(p.itl, "p50"), itl_p95=_stat(p.itl, "p95"), tpot_p50=_stat(p.tpot, "p50"),
+            ttft_p99=_stat(p.ttft, "p99"), tpot_p95=_stat(p.tpot, "p95"), tpot_p99=_stat(p.tpot, "p99"),
+            verdict=p.window.verdict if p.window is not None else None, successes=int(p.successes or 0),
+            failures=int(p.failures or 0), partial=bool(p.partial), client_limited=bool(p.client_limited),
+            client_limited_reason=p.client_limited_reason,
         ))
     return out
 
 
-def _top_point(points: list[Point], knee: dict | None, capacity: CapacityCell | None = None,
+def _top_point(points: list[Point], knee: Any, capacity: CapacityCell | None = None,
                capacity_points: list[Point] | None = None) -> tuple[Point | None, str | None]:
     if capacity is not None and capacity.load is not None:
         for p in capacity_points or []:
             if (p.concurrency if p.profile == "concurrency" else p.rate) == capacity.load and p.successes:
                 return p, "capacity"
     ok = [p for p in points if p.successes > 0]
-    if isinstance(knee, dict) and knee.get("knee") is not None:
+    if knee is not None and knee.knee is not None:
         for p in ok:
-            if p.profile == "concurrency" and p.concurrency == knee["knee"]:
+            if p.profile == "concurrency" and p.concurrency == knee.knee:
                 return p, "knee"
-            if p.profile == "rate" and p.rate == knee["knee"]:
+            if p.profile == "rate" and p.rate == knee.knee:
                 return p, "knee"
     if not ok:
         return None, None
@@ -279,17 +291,19 @@ def _top_point(points: list[Point], knee: dict | None, capacity: CapacityCell | 
 
 
 def _format(v: Variant) -> str | None:
-    c = v.convert
-    if c is None:
-        checkpoint = (v.bench or {}).get("checkpoint") or {}
-        if checkpoint.get("scheme"):
-            c = checkpoint
-        else:
+    if v.convert is not None:
+        scheme, method, group_size = v.convert.scheme, v.convert.method, v.convert.group_size
+        qc = v.convert.quantization_config or {}
+    else:
+        # the checkpoint as the bench described it (checkpoint.describe: a dict by BenchRun's contract)
+        checkpoint = (v.bench.checkpoint if v.bench is not None else None) or {}
+        if not checkpoint.get("scheme"):
             return v.method  # the baseline: its dtype
-    parts = [str(c.get("scheme") or c.get("method") or v.method)]
-    if c.get("group_size"):
-        parts.append(f"g{c['group_size']}")
-    qc = c.get("quantization_config") or {}
+        scheme, method, group_size = checkpoint.get("scheme"), checkpoint.get("method"), checkpoint.get("group_size")
+        qc = checkpoint.get("quantization_config") or {}
+    parts = [str(scheme or method or v.method)]
+    if group_size:
+        parts.append(f"g{group_size}")
     if qc.get("format"):
         parts.append(f"({qc['format']})")
     if isinstance(qc.get("kv_cache_scheme"), dict):  # calibrated K/V scales, served with --kv-cache-dtype fp8
@@ -298,23 +312,23 @@ def _format(v: Variant) -> str | None:
 
 
 def _scores(v: Variant) -> tuple[list[TaskScore], float | None]:
-    rec_by_task = {r.get("task"): r for r in (v.recovery or {}).get("tasks") or []}
+    rec_by_task = {r.task: r for r in (v.recovery.tasks if v.recovery is not None else None) or []}
     scores, ppl = [], None
-    for t in (v.eval or {}).get("tasks") or []:
-        metrics = t.get("metrics") or {}
+    for t in (v.eval.tasks if v.eval is not None else None) or []:
+        metrics = t.metrics or {}
         for key, m in metrics.items():
-            if key.split(",")[0] == "word_perplexity" and t.get("task", "").startswith("wikitext"):
-                ppl = _num(m.get("value"))
-        primary = metrics.get(t.get("primary_metric") or "")
-        if not primary or _num(primary.get("value")) is None:
+            if key.split(",")[0] == "word_perplexity" and (t.task or "").startswith("wikitext"):
+                ppl = _num(m.value)
+        primary = metrics.get(t.primary_metric or "")
+        if not primary or _num(primary.value) is None:
             continue
-        r = rec_by_task.get(t.get("task")) or {}
+        r = rec_by_task.get(t.task)
         scores.append(TaskScore(
-            task=t["task"], metric=t["primary_metric"], value=primary["value"], stderr=_num(primary.get("stderr")),
-            higher_is_better=t.get("higher_is_better", True),
-            recovery=_num(r.get("recovery")), recovery_stderr=_num(r.get("recovery_stderr")),
-            recovery_low=_num(r.get("recovery_low")), recovery_high=_num(r.get("recovery_high")),
-            recovery_method=r.get("method"), n_items=r.get("n_items"),
+            task=t.task, metric=t.primary_metric, value=primary.value, stderr=_num(primary.stderr),
+            higher_is_better=t.higher_is_better,
+            recovery=_num(r.recovery) if r else None, recovery_stderr=_num(r.recovery_stderr) if r else None,
+            recovery_low=_num(r.recovery_low) if r else None, recovery_high=_num(r.recovery_high) if r else None,
+            recovery_method=r.method if r else None, n_items=r.n_items if r else None,
         ))
     return scores, ppl
 
@@ -322,7 +336,7 @@ def _scores(v: Variant) -> tuple[list[TaskScore], float | None]:
 def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
     if v.recovery is None:
         return ("reference", []) if baseline and (v.eval or v.accuracy_from) else (None, [])
-    gates = [GateVerdict.model_validate(g) for g in v.recovery.get("gates") or []]
+    gates = v.recovery.gates
     if not gates:
         return "no gates", []
     detail = [g.summary() if g.verdict == "pass" else g.describe() + f": {g.verdict}" for g in gates]
@@ -331,41 +345,42 @@ def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
 
 def _row(v: Variant) -> Row:
     baseline = v.baseline if v.baseline is not None else v.convert is None
-    bench = v.bench or {}
-    server = bench.get("server") or (v.capacity or {}).get("server") or {}
-    cap_points = _points(v.capacity or {})
+    bench = v.bench
+    server = (bench.server if bench is not None else None) or (v.capacity.server if v.capacity is not None else None)
+    cap_points = _points(v.capacity)
     points = _points(bench) or cap_points
     c1 = next((p for p in points if p.profile == "concurrency" and p.concurrency == 1 and p.successes), None)
     capacity = capacity_cell(v.capacity)
     tuned = tuned_cell(v.tune, capacity.slo if capacity else None)
-    top, top_kind = _top_point(points, bench.get("knee"), capacity, cap_points)
+    top, top_kind = _top_point(points, bench.knee if bench is not None else None, capacity, cap_points)
     scores, ppl = _scores(v)
-    recovery = v.recovery or {}
-    rec = _num(recovery.get("mean_recovery"))
-    rec_se = _num(recovery.get("mean_recovery_stderr"))
-    rec_low, rec_high = _num(recovery.get("mean_recovery_low")), _num(recovery.get("mean_recovery_high"))
+    recovery = v.recovery or records.Recovery()
+    rec = _num(recovery.mean_recovery)
+    rec_se = _num(recovery.mean_recovery_stderr)
+    rec_low, rec_high = _num(recovery.mean_recovery_low), _num(recovery.mean_recovery_high)
     if baseline and v.recovery is None and (v.accuracy_from or any(s.higher_is_better for s in scores)):
         rec, rec_se = 1.0, None  # the reference: recovery against itself is 1 exactly
     gate, gate_detail = _gate(v, baseline)
-    size = v.size_bytes if v.size_bytes is not None else (v.convert or {}).get("size_bytes")
-    if size is None:  # the folder is gone (results brought back from another machine): what the bench saw
-        size = (bench.get("checkpoint") or {}).get("weights_bytes")
-    serve_config = server.get("serve_config") or {}
+    size = v.size_bytes if v.size_bytes is not None else v.convert.size_bytes if v.convert is not None else None
+    if size is None and bench is not None:  # the folder is gone (results brought back from another machine): what the bench saw
+        size = (bench.checkpoint or {}).get("weights_bytes")
+    server = server or records.tolerant(ServerInfo)()
+    serve_config = server.serve_config or {}  # ServeConfig's fields, as ServerInfo stores them (a dict)
     tp = int(serve_config.get("tensor_parallel_size") or 1)
     pp = int(serve_config.get("pipeline_parallel_size") or 1)
-    weights_gib = _num(server.get("weights_gib"))  # vLLM logs one worker's share
+    weights_gib = _num(server.weights_gib)  # vLLM logs one worker's share
     weight_memory = v.weight_memory_bytes or (int(weights_gib * tp * pp * 2**30) if weights_gib else None)
     return Row(
         name=v.name, method=v.method, status=v.status, error=v.error, model_dir=v.model_dir, baseline=baseline,
         format=_format(v), size_bytes=size, weight_memory_bytes=weight_memory,
-        kv_cache_tokens=server.get("kv_cache_tokens"), max_concurrency=_num(server.get("max_concurrency")),
-        convert_time_s=_num((v.convert or {}).get("wall_time_s")), kernels=_kernel_lines(server),
-        vllm_version=server.get("vllm_version"), workload=bench.get("workload"),
-        serve_args=_serve_args(serve_config), tensor_parallel=tp,
+        kv_cache_tokens=server.kv_cache_tokens, max_concurrency=_num(server.max_concurrency),
+        convert_time_s=_num(v.convert.wall_time_s) if v.convert is not None else None, kernels=_kernel_lines(server),
+        vllm_version=server.vllm_version, workload=bench.workload if bench is not None else None,
+        serve_args=args_of(serve_config), tensor_parallel=tp,
         points=points, ladder=[p for p in cap_points if p.verdict is not None], c1=c1, top=top, top_kind=top_kind, scores=scores, perplexity=ppl,
         recovery=rec, recovery_stderr=rec_se, recovery_low=rec_low, recovery_high=rec_high,
-        recovery_method=recovery.get("mean_method"),
-        recovery_independent_stderr=_num(recovery.get("mean_independent_stderr")),
+        recovery_method=recovery.mean_method,
+        recovery_independent_stderr=_num(recovery.mean_independent_stderr),
         gate=gate, gate_detail=gate_detail, accuracy_from=v.accuracy_from, capacity=capacity, capacity_tuned=tuned,
     )
 
@@ -373,25 +388,25 @@ def _row(v: Variant) -> Row:
 def _protocol(variants: list[Variant]) -> list[ProtocolRow]:
     rows: dict[tuple, ProtocolRow] = {}
     for v in variants:
-        for t in (v.eval or {}).get("tasks") or []:
-            data = t.get("data") or {}
+        for t in (v.eval.tasks if v.eval is not None else None) or []:
+            data = t.data
             row = ProtocolRow(
-                task=t.get("task", "?"), version=t.get("version"), n_shot=t.get("n_shot"), limit=t.get("limit"),
-                n_samples=t.get("n_samples"), chat_template=t.get("chat_template"),
-                add_bos_token=t.get("add_bos_token"), primary_metric=t.get("primary_metric"),
-                data=" ".join(str(x) for x in (data.get("source"), data.get("template")) if x) or None,
+                task=t.task or "?", version=t.version, n_shot=t.n_shot, limit=t.limit,
+                n_samples=t.n_samples, chat_template=t.chat_template,
+                add_bos_token=t.add_bos_token, primary_metric=t.primary_metric,
+                data=" ".join(str(x) for x in (data.source, data.template) if x) or None if data else None,
             )
             # results that stored per-item scores are paired item by item: their item count is not
             # part of the protocol (a grown result keeps its protocol), older ones' is
-            paired = bool((t.get("items") or {}).get("ids"))
+            paired = bool(t.items is not None and t.items.ids)
             key = tuple(row.model_dump(exclude={"variants", "items", "growth"} | ({"n_samples"} if paired else set())).values())
             kept = rows.setdefault(key, row)
             kept.variants.append(v.name)
-            kept.items[v.name] = t.get("n_samples")
-            if t.get("growth"):
-                g = t["growth"]
-                kept.growth = (f"first {t.get('limit')} items, then blocks of {g.get('step')} "
-                               f"from a permutation of the rest seeded {g.get('seed')}")
+            kept.items[v.name] = t.n_samples
+            if t.growth:
+                g = t.growth
+                kept.growth = (f"first {t.limit} items, then blocks of {g.step} "
+                               f"from a permutation of the rest seeded {g.seed}")
     for row in rows.values():
         row.n_samples = max((n for n in row.items.values() if n is not None), default=row.n_samples)
     return list(rows.values())
@@ -480,11 +495,6 @@ def best_capacity(row: Row) -> CapacityCell | None:
     return max(cells, key=lambda c: c.goodput) if cells else None
 
 
-
-def _kernel_lines(server: dict[str, Any]) -> list[str]:
+def _kernel_lines(server: ServerInfo) -> list[str]:
     # lines stored before the pattern learned a notice (vLLM 0.26's "Kernel JIT monitor") are cleaned here
-    return [x for x in server.get("quant_lines") or [] if not QUANT_NOISE.search(x)]
-
-
-def _serve_args(serve_config: dict[str, Any]) -> list[str]:
-    return args_of(serve_config)
+    return [x for x in server.quant_lines or [] if not QUANT_NOISE.search(x)]

@@ -18,7 +18,15 @@ from ..methods import METHODS
 from ..models import BUILTIN_BASE, BUILTIN_PROVENANCE
 from ..serve.config import KNOBS, ServeConfig, args_of
 from ..store import Record, Store
-from ..evals.gates import GateVerdict
+from ..checkpoint import ConvertRecord
+from ..evals.gates import RecoveryReport
+from ..evals.results import EvalRun
+from ..measure.bench import BenchRun
+from ..measure.capacity import CapacityResult
+from ..measure.point import BenchPoint, Stats
+from ..measure.tune import TuneResult
+from ..serve.server import ServerInfo
+from . import records
 from .gather import Evidence
 from .card_capacity import capacity_lines
 from .render import fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str
@@ -28,9 +36,9 @@ from .render import fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str
 MISSING = "missing"
 
 
-def _quantiles(stats: dict[str, Any] | None, *keys: str) -> tuple[float | None, ...]:
+def _quantiles(stats: Stats | None, *keys: str) -> tuple[float | None, ...]:
     """The named quantiles of a stored latency's stats, None where the record lacks them."""
-    return tuple((stats or {}).get(key) for key in keys)
+    return tuple(getattr(stats, key) if stats is not None else None for key in keys)
 
 
 def _metric_name(key: str) -> str:
@@ -39,45 +47,48 @@ def _metric_name(key: str) -> str:
     return name if filt in ("", "none") else f"{name} ({filt})"
 
 
-def _bits(convert: dict[str, Any] | None) -> int | None:
+def _bits(convert: ConvertRecord | None) -> int | None:
     """The checkpoint's weight bits: what its quantization config says, else what its scheme's
     name spells (W4A16, FP8_DYNAMIC), else its method's registered bits (methods.py), so a method
     whose scheme's name does not spell them still gets its bit tag."""
     if not convert:
         return None
-    qc = convert.get("quantization_config") or {}
+    qc = convert.quantization_config or {}  # config.json's quantization_config (a dict by its contract)
     for group in (qc.get("config_groups") or {}).values():
         bits = ((group or {}).get("weights") or {}).get("num_bits")
         if bits:
             return int(bits)
     if qc.get("bits"):
         return int(qc["bits"])
-    m = re.match(r"w(\d+)", str(convert.get("scheme", "")).lower())
+    scheme = str(convert.scheme if convert.scheme is not None else "").lower()
+    m = re.match(r"w(\d+)", scheme)
     if m:
         return int(m.group(1))
-    if "fp8" in str(convert.get("scheme", "")).lower():
+    if "fp8" in scheme:
         return 8
-    method = METHODS.get(convert.get("method"))
+    method = METHODS.get(convert.method)
     return method.weight_bits if method else None
 
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
-def base_model_of(convert: dict[str, Any] | None, override: str | None = None) -> str | None:
+def base_model_of(convert: ConvertRecord | None, override: str | None = None) -> str | None:
     """The Hub id of the model this checkpoint was made from, when it is known to be one: the
     given one (`--base-model`); a Hub reference itself; a built-in alias's release; a local folder's
     own naming of it (its config's `_name_or_path`, or a Hub cache folder `models--org--name`)."""
     if override:
         return override
-    source = (convert or {}).get("source") or {}
-    ref, kind = source.get("ref"), source.get("kind")
+    source = convert.source if convert is not None else None
+    if source is None:
+        return None
+    ref, kind = source.ref, source.kind
     if kind == "hub" and ref:
         return ref
     if kind == "builtin" and ref in BUILTIN_BASE:
         return BUILTIN_BASE[ref]
-    if kind == "local" and source.get("path"):
-        return _named_by_folder(Path(source["path"]))
+    if kind == "local" and source.path:
+        return _named_by_folder(Path(source.path))
     return None
 
 
@@ -97,76 +108,76 @@ def _named_by_folder(folder: Path) -> str | None:
 def _task_rows(ev: Evidence) -> list[dict[str, Any]]:
     """One row per evaluated task: baseline, quantized, recovery (each value or None)."""
     rows = []
-    recovery = {t["task"]: t for t in (ev.recovery or {}).get("tasks", [])}
-    baseline = {t["task"]: t for t in ((ev.baseline_eval.result or {}).get("tasks", []) if ev.baseline_eval else [])}
-    for t in (ev.eval or {}).get("tasks", []):
-        metric = t["primary_metric"]
-        q = t["metrics"].get(metric) or {}
-        b = (baseline.get(t["task"]) or {}).get("metrics", {}).get(metric) if ev.variant != "baseline" else None
-        r = recovery.get(t["task"]) or {}
+    recovery = {t.task: t for t in ev.recovery.tasks or []} if ev.recovery is not None else {}
+    base_run = records.read(EvalRun, ev.baseline_eval.result) if ev.baseline_eval is not None else None
+    baseline = {t.task: t for t in base_run.tasks or []} if base_run is not None else {}
+    evaluated = ev.eval
+    for t in (evaluated.tasks if evaluated is not None else None) or []:
+        metric = t.primary_metric
+        q = (t.metrics or {}).get(metric)
+        b = (baseline[t.task].metrics or {}).get(metric) if ev.variant != "baseline" and t.task in baseline else None
+        r = recovery.get(t.task)
         rows.append({
-            "task": t["task"], "metric": metric, "n_shot": t.get("n_shot"), "n_samples": t.get("n_samples"),
-            "n_available": t.get("n_available"), "higher_is_better": t.get("higher_is_better", True),
-            "quantized": q.get("value"), "quantized_stderr": q.get("stderr"),
-            "baseline": (b or {}).get("value"), "baseline_stderr": (b or {}).get("stderr"),
-            "recovery": r.get("recovery"), "recovery_stderr": r.get("recovery_stderr"),
-            "recovery_low": r.get("recovery_low"), "recovery_high": r.get("recovery_high"),
-            "method": r.get("method"), "n_items": r.get("n_items"),
-            "independent_stderr": r.get("independent_stderr"),
-            "version": t.get("version"), "chat_template": t.get("chat_template"),
-            "add_bos_token": t.get("add_bos_token"), "data": t.get("data") or {}, "limit": t.get("limit"),
-            "growth": t.get("growth"),
+            "task": t.task, "metric": metric, "n_shot": t.n_shot, "n_samples": t.n_samples,
+            "n_available": t.n_available, "higher_is_better": t.higher_is_better,
+            "quantized": q.value if q else None, "quantized_stderr": q.stderr if q else None,
+            "baseline": b.value if b else None, "baseline_stderr": b.stderr if b else None,
+            "recovery": r.recovery if r else None, "recovery_stderr": r.recovery_stderr if r else None,
+            "recovery_low": r.recovery_low if r else None, "recovery_high": r.recovery_high if r else None,
+            "method": r.method if r else None, "n_items": r.n_items if r else None,
+            "independent_stderr": r.independent_stderr if r else None,
+            "version": t.version, "chat_template": t.chat_template,
+            "add_bos_token": t.add_bos_token, "data": t.data, "limit": t.limit, "growth": t.growth,
         })
     return rows
 
 
-def _source_name(convert: dict[str, Any]) -> str:
+def _source_name(convert: ConvertRecord) -> str:
     """The source as the card names it: an alias or Hub id as given, a local path by its name only
     (a card names no folder of the machine it was made on)."""
-    source = convert.get("source") or {}
-    ref = source.get("ref")
-    if not ref:
+    source = convert.source
+    if source is None or not source.ref:
         return MISSING
-    return Path(ref).name if source.get("kind") in ("local", "gguf") else ref
+    return Path(source.ref).name if source.kind in ("local", "gguf") else source.ref
 
 
-def baseline_provenance(convert: dict[str, Any] | None, model: str | None) -> str | None:
+def baseline_provenance(convert: ConvertRecord | None, model: str | None) -> str | None:
     """What the baseline is in words, when it is not the original release (the demo's GGUF)."""
-    source = (convert or {}).get("source") or {}
-    ref = source.get("ref") if source.get("kind") == "builtin" else model
+    source = convert.source if convert is not None else None
+    ref = (source.ref if source is not None else None) if source is not None and source.kind == "builtin" else model
     return BUILTIN_PROVENANCE.get(ref) if ref else None
 
 
-def _bench_points(store: Store, record: Record | None) -> list[dict[str, Any]]:
+def _bench_points(store: Store, record: Record | None) -> list[BenchPoint]:
     if record is None:
         return []
-    result = record.result or {}
-    points = result.get("points")
+    result = records.read(BenchRun, record.result or {})
+    points = result.points
     if not points and record.status != "done":
-        points = store.points(record.id)  # a bench that stopped early keeps the points it stored
+        # a bench that stopped early keeps the points it stored
+        points = [records.read(BenchPoint, p) for p in store.points(record.id)]
     return list(points or [])
 
 
 def _serve_command(repo: str, ev: Evidence) -> tuple[list[str], str]:
     """`vllm serve REPO ...` with the tuned knobs when `quantkit tune` ran, else those its capacity or
     benchmark was measured with."""
-    tune = ev.tune.result if ev.tune is not None else None
-    if tune is not None and (tune.get("best") or {}).get("config") is not None:
-        best = tune["best"]
-        values = {k: v for k, v in best["config"].items() if k in KNOBS}
-        extra = {k: v for k, v in best["config"].items() if k not in KNOBS}
+    tune = records.read(TuneResult, ev.tune.result) if ev.tune is not None else None
+    if tune is not None and tune.best is not None and tune.best.config is not None:
+        best = tune.best
+        values = {k: v for k, v in best.config.items() if k in KNOBS}
+        extra = {k: v for k, v in best.config.items() if k not in KNOBS}
         try:
             config = ServeConfig(**values, extra=extra)
-            why = (f"tuned by `quantkit tune` ({best.get('label')}: {tune.get('best_reason') or 'best'}"
-                   + (f", SLO {tune['slo']}" if tune.get("slo") else "") + ")")
+            why = (f"tuned by `quantkit tune` ({best.label}: {tune.best_reason or 'best'}"
+                   + (f", SLO {tune.slo}" if tune.slo else "") + ")")
             return config.to_args(mask=True), why
         except ValueError:
             pass
-    for kind, why in (("capacity", "the configuration whose capacity was measured"),
-                      ("bench", "the configuration that was benchmarked")):
-        record = ev.stages.get(kind)
-        result = record.result if record is not None and record.status == "done" and record.result else {}
-        serve_config = (result.get("server") or {}).get("serve_config")
+    for kind, model, why in (("capacity", CapacityResult, "the configuration whose capacity was measured"),
+                             ("bench", BenchRun, "the configuration that was benchmarked")):
+        result = ev.result(kind, model)
+        serve_config = result.server.serve_config if result is not None and result.server is not None else None
         if serve_config:
             try:
                 return ServeConfig.model_validate(serve_config).to_args(mask=True), why
@@ -180,13 +191,13 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
     """The ModelCard for the checkpoint of `ev` (nothing is measured or invented here)."""
     from huggingface_hub import EvalResult, ModelCard, ModelCardData
 
-    convert = ev.convert or {}
+    convert = ev.convert or records.Convert()
     name = repo or ev.checkpoint.name
     base = base_model_of(ev.convert, base_model)
-    method = convert.get("method") or ("none" if ev.variant == "baseline" else MISSING)
-    scheme = convert.get("scheme")
+    method = convert.method or ("none" if ev.variant == "baseline" else MISSING)
+    scheme = convert.scheme
     bits = _bits(ev.convert)
-    quant_method = (convert.get("quantization_config") or {}).get("quant_method")
+    quant_method = (convert.quantization_config or {}).get("quant_method")
     tags = [t for t in (method if method not in (MISSING, "none") else None,
                         str(scheme).lower() if scheme else None,
                         f"{bits}-bit" if bits else None,
@@ -210,13 +221,13 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
                 metric_name=f"{metric} recovery vs the baseline ({_interval_words(row)})",
                 metric_args=_interval_args(row),
             ))
-    mean = _mean_row(ev.recovery or {})
+    mean = _mean_row(ev.recovery or records.Recovery())
     if ev.variant != "baseline" and mean["recovery"] is not None:
         eval_results.append(EvalResult(
             task_type="text-generation", dataset_type="quantkit/mean-recovery", dataset_name="mean over accuracy tasks",
             metric_type="recovery", metric_value=round(mean["recovery"], 4),
             metric_name=f"mean recovery vs the baseline ({_interval_words(mean)})",
-            metric_args={**_interval_args(mean), "gate": (ev.recovery or {}).get("verdict") or "no gates"},
+            metric_args={**_interval_args(mean), "gate": (ev.recovery.verdict if ev.recovery else None) or "no gates"},
         ))
     data = ModelCardData(
         base_model=base, library_name="transformers", pipeline_tag="text-generation", tags=tags,
@@ -231,14 +242,14 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
 def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[dict[str, Any]], forced: bool) -> str:
     import yaml
 
-    convert = ev.convert or {}
+    convert = ev.convert or records.Convert()
     out: list[str] = [f"# {name.split('/')[-1]}", ""]
-    method, scheme = convert.get("method"), convert.get("scheme")
+    method, scheme = convert.method, convert.scheme
     base_link = f"[{base}](https://huggingface.co/{base})" if base else (
         f"`{_source_name(convert)}` (not a Hub model; base model unknown: `--base-model` names it)")
     if ev.convert:
         out.append(f"{method} ({scheme}) quantization of {base_link}, made with quantkit {__version__} "
-                   f"({convert.get('backend') or MISSING} backend) and measured in vLLM.")
+                   f"({convert.backend or MISSING} backend) and measured in vLLM.")
         if provenance := baseline_provenance(ev.convert, ev.model):
             out.append(f"Its source, and the baseline its recovery is measured against, is `{_source_name(convert)}`: "
                        f"{provenance}.")
@@ -258,8 +269,8 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     # what was done
     out += ["## What was done", ""]
     if ev.convert:
-        calib = convert.get("calibration") or {}
-        recipe = convert.get("recipe") or {}
+        calib = convert.calibration or {}  # the conversion's calibration figures (a dict by ConvertRecord's contract)
+        recipe = convert.recipe or {}
         if calib:  # what the conversion used (the recipe's numbers may have been overridden)
             calib_text = (f"{calib.get('dataset', MISSING)}: {calib.get('num_samples', MISSING)} samples x "
                           f"{calib.get('seq_len', MISSING)} tokens ({calib.get('tokens', MISSING)} tokens), "
@@ -268,22 +279,24 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
             calib_text = f"{MISSING} (the recipe names calibration data, the conversion record does not)"
         else:
             calib_text = "none (this method needs no calibration data)"
-        hw = convert.get("hardware") or {}
+        hw = convert.hardware or {}
+        fingerprint = convert.source.fingerprint if convert.source is not None else None
         out += ["| | |", "|---|---|",
-                f"| method | {method} ({convert.get('backend') or MISSING}) |",
+                f"| method | {method} ({convert.backend or MISSING}) |",
                 f"| scheme | {scheme or MISSING} |",
-                f"| group size | {convert.get('group_size') if convert.get('group_size') is not None else 'none (per channel)'} |",
+                f"| group size | {convert.group_size if convert.group_size is not None else 'none (per channel)'} |",
                 f"| ignored layers | {', '.join(recipe.get('ignore') or []) or 'none'} |",
                 f"| calibration | {calib_text} |",
-                f"| source | `{_source_name(convert)}` ({(convert.get('source') or {}).get('fingerprint') or 'fingerprint missing'}) |",
+                f"| source | `{_source_name(convert)}` ({fingerprint or 'fingerprint missing'}) |",
                 f"| quantized on | {hw.get('gpu') or hw.get('cpu') or MISSING} ({hw.get('cpu_count') or '?'} CPUs) "
-                f"in {fmt(convert.get('wall_time_s'), missing=MISSING)} s |",
-                f"| checkpoint size | {fmt_bytes(convert.get('size_bytes'), missing=MISSING)} |", ""]
-        for note in convert.get("notes") or []:
+                f"in {fmt(convert.wall_time_s, missing=MISSING)} s |",
+                f"| checkpoint size | {fmt_bytes(convert.size_bytes, missing=MISSING)} |", ""]
+        for note in convert.notes or []:
             out.append(f"- {note}")
-        if convert.get("notes"):
+        if convert.notes:
             out.append("")
-        out += [f"quantkit recipe `{convert.get('recipe_name', MISSING)}` (hash {convert.get('recipe_hash', MISSING)}):", "",
+        out += [f"quantkit recipe `{fmt_str(convert.recipe_name, missing=MISSING)}` "
+                f"(hash {fmt_str(convert.recipe_hash, missing=MISSING)}):", "",
                 "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip() if recipe else f"# {MISSING}", "```", ""]
     else:
         out += [f"No conversion record is stored for this checkpoint (method, scheme and calibration are {MISSING}).", ""]
@@ -294,9 +307,9 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     if not rows:
         out += [f"No eval is stored for this checkpoint: accuracy is {MISSING}.", ""]
     else:
-        er = ev.eval or {}
-        server = er.get("server") or {}
-        versions = er.get("versions") or {}
+        er = ev.eval
+        server = er.server or {}  # EvalRun.server: the vLLM server's description (a dict by its contract)
+        versions = er.versions or {}
         out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids) against vLLM "
                    f"{server.get('vllm_version') or MISSING}. Recovery = quantized / baseline on the same items "
                    "(baseline / quantized for perplexities), with its 95% interval from the paired per-item scores "
@@ -310,7 +323,7 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
         for r in rows:
             items = f"{r['n_samples']} of {r['n_available']}" if r["n_samples"] is not None else MISSING
             rec = fmt_ci(r["recovery"], r["recovery_low"], r["recovery_high"], missing=MISSING) if ev.variant != "baseline" else "n/a (baseline)"
-            if ev.variant != "baseline" and r["recovery"] is not None and not str(r.get("method") or "").startswith("paired"):
+            if ev.variant != "baseline" and r["recovery"] is not None and not str(r["method"] or "").startswith("paired"):
                 rec += " (independent: no per-item scores stored)"
             base_cell = fmt_pm(r["baseline"], r["baseline_stderr"], missing=MISSING) if ev.variant != "baseline" else "n/a"
             quantized = fmt_pm(r["quantized"], r["quantized_stderr"], missing=MISSING)
@@ -324,9 +337,9 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
                 line += (f" (paired stderr {mean['recovery_stderr']:.4f}; the same runs treated as independent would "
                          f"give {mean['independent_stderr']:.4f})")
             out += [line + ".", ""]
-            gates = [GateVerdict.model_validate(g) for g in ev.recovery.get("gates", [])]
+            gates = ev.recovery.gates or []
             if gates:
-                out.append(f"Gates ({ev.gates_source}): **{ev.recovery.get('verdict') or 'none'}**. A gate passes when "
+                out.append(f"Gates ({ev.gates_source}): **{ev.recovery.verdict or 'none'}**. A gate passes when "
                            "the interval's lower bound reaches it, fails when its upper bound is below it, and is "
                            "inconclusive otherwise.")
                 out.append("")
@@ -345,17 +358,17 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     if not points:
         out += [f"No benchmark is stored for this checkpoint: throughput and latency are {MISSING}.", ""]
     else:
-        br = ev.bench.result or {}
-        server = br.get("server") or {}
-        hw = br.get("hardware") or {}
-        wl = br.get("workload") or {}
+        br = ev.bench_run or records.Bench()
+        server = br.server or records.tolerant(ServerInfo)()
+        hw = br.hardware or {}  # machine.describe() and the workload asked for: dicts by BenchRun's contract
+        wl = br.workload or {}
         device = hw.get("gpu") or hw.get("cpu") or MISSING
         count = f"{hw.get('gpu_count')} x " if hw.get("gpu") and hw.get("gpu_count") else ""
-        out.append(f"quantkit's streaming load generator against vLLM {server.get('vllm_version') or MISSING} on "
+        out.append(f"quantkit's streaming load generator against vLLM {server.vllm_version or MISSING} on "
                    f"{count}{device}" + (f" ({hw['cpu_count']} CPUs)" if not hw.get('gpu') and hw.get('cpu_count') else "")
                    + f"; prompts of {wl.get('input_len') or MISSING} tokens, {wl.get('output_len') or MISSING} output "
-                   f"tokens, server flags `{' '.join(args_of(server.get('serve_config'))) or 'defaults'}`."
-                   + ("" if ev.bench.status == "done" and br.get("complete", True) else
+                   f"tokens, server flags `{' '.join(args_of(server.serve_config)) or 'defaults'}`."
+                   + ("" if ev.bench.status == "done" and (br.complete or "complete" not in br.model_fields_set) else
                       f" The benchmark stopped early ({ev.bench.status}: {ev.bench.error or 'no reason stored'}); "
                       "these are the points it finished."))
         base_points = {(_px(p)): p for p in _bench_points(store, ev.baseline_bench)} if ev.variant != "baseline" else {}
@@ -365,22 +378,22 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
         head += " TTFT p50 / p95 (ms) | ITL p50 / p95 (ms) | E2E p50 (s) |"
         out += ["", head, "|" + "---|" * (head.count("|") - 1)]
         for p in points:
-            load = f"concurrency {p.get('concurrency')}" if p.get("profile") == "concurrency" else f"rate {p.get('rate')}/s"
-            cells = [load, f"{p.get('num_requests', MISSING)} ({p.get('failures', MISSING)})",
-                     fmt(p.get("output_tok_s"), missing=MISSING)]
+            load = f"concurrency {p.concurrency}" if p.profile == "concurrency" else f"rate {p.rate}/s"
+            cells = [load, f"{fmt_str(p.num_requests, missing=MISSING)} ({fmt_str(p.failures, missing=MISSING)})",
+                     fmt(p.output_tok_s, missing=MISSING)]
             if base_points:
                 bp = base_points.get(_px(p))
-                cells.append(fmt(bp.get("output_tok_s"), missing=MISSING) if bp else MISSING)
-            cells += [fmt_ms(_quantiles(p.get("ttft"), "p50", "p95"), missing=MISSING),
-                      fmt_ms(_quantiles(p.get("itl"), "p50", "p95"), missing=MISSING),
-                      fmt((p.get("e2e") or {}).get("p50"), missing=MISSING)]
+                cells.append(fmt(bp.output_tok_s, missing=MISSING) if bp else MISSING)
+            cells += [fmt_ms(_quantiles(p.ttft, "p50", "p95"), missing=MISSING),
+                      fmt_ms(_quantiles(p.itl, "p50", "p95"), missing=MISSING),
+                      fmt(_quantiles(p.e2e, "p50")[0], missing=MISSING)]
             out.append("| " + " | ".join(cells) + " |")
         out.append("")
         operating = _operating_point(points, br)
         if operating:
             out += [operating, ""]
-        if server.get("quant_lines"):
-            out += ["Kernels vLLM chose: " + "; ".join(f"`{line}`" for line in server["quant_lines"]), ""]
+        if server.quant_lines:
+            out += ["Kernels vLLM chose: " + "; ".join(f"`{line}`" for line in server.quant_lines), ""]
 
     out += capacity_lines(store, ev)
 
@@ -391,7 +404,7 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
 
     # provenance
     out += ["## Provenance", ""]
-    versions = dict((convert.get("versions") or {}))
+    versions = dict(convert.versions or {})
     out.append(f"Card written by quantkit {__version__} from its result store.")
     if versions:
         out.append("Conversion: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
@@ -409,35 +422,35 @@ def _round(x: float | None) -> float | None:
 
 
 def _interval_words(row: dict[str, Any]) -> str:
-    low, high = row.get("recovery_low"), row.get("recovery_high")
+    low, high = row["recovery_low"], row["recovery_high"]
     if low is None or high is None:
         return "no interval"
-    return f"95% interval {low:.4f} to {high:.4f}, {row.get('method') or 'method ' + MISSING}"
+    return f"95% interval {low:.4f} to {high:.4f}, {row['method'] or 'method ' + MISSING}"
 
 
 def _interval_args(row: dict[str, Any]) -> dict[str, Any]:
-    return {"low": _round(row.get("recovery_low")), "high": _round(row.get("recovery_high")), "confidence": 0.95,
-            "method": row.get("method"), "items": row.get("n_items")}
+    return {"low": _round(row["recovery_low"]), "high": _round(row["recovery_high"]), "confidence": 0.95,
+            "method": row["method"], "items": row["n_items"]}
 
 
-def _mean_row(recovery: dict[str, Any]) -> dict[str, Any]:
+def _mean_row(recovery: RecoveryReport) -> dict[str, Any]:
     """The average's figures in a task row's keys."""
-    items = [t.get("n_items") for t in recovery.get("tasks", []) if t.get("higher_is_better", True)]
-    return {"recovery": recovery.get("mean_recovery"), "recovery_stderr": recovery.get("mean_recovery_stderr"),
-            "recovery_low": recovery.get("mean_recovery_low"), "recovery_high": recovery.get("mean_recovery_high"),
-            "method": recovery.get("mean_method"), "independent_stderr": recovery.get("mean_independent_stderr"),
+    items = [t.n_items for t in recovery.tasks or [] if t.higher_is_better is not False]
+    return {"recovery": recovery.mean_recovery, "recovery_stderr": recovery.mean_recovery_stderr,
+            "recovery_low": recovery.mean_recovery_low, "recovery_high": recovery.mean_recovery_high,
+            "method": recovery.mean_method, "independent_stderr": recovery.mean_independent_stderr,
             "n_items": sum(items) if items and all(items) else None}
 
 
 def _protocol(ev: Evidence, rows: list[dict[str, Any]]) -> list[str]:
     """The evaluation protocol, per task: what a reader needs to repeat the numbers."""
-    er = ev.eval or {}
-    protocol = er.get("protocol") or {}
+    er = ev.eval
+    protocol = (er.protocol if er is not None else None) or {}  # EvalRun.protocol: seeds and settings (a dict)
     out = ["### Evaluation protocol", "",
            "| task | lm-eval task version | n-shot | items (limit) | chat template | BOS | data |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         data = r["data"]
-        source = " ".join(str(x) for x in (data.get("source"), data.get("template")) if x) or MISSING
+        source = " ".join(str(x) for x in (data.source, data.template) if x) or MISSING if data else MISSING
         limit = "all" if r["limit"] is None else r["limit"]
         out.append(f"| {r['task']} | {fmt_str(r['version'], missing=MISSING)} | "
                    f"{fmt_str(r['n_shot'], missing=MISSING)} | {fmt_str(r['n_samples'], missing=MISSING)} ({limit}) | "
@@ -450,32 +463,31 @@ def _protocol(ev: Evidence, rows: list[dict[str, Any]]) -> list[str]:
         if r["growth"]:
             g = r["growth"]
             out.append(f"- {r['task']}: grown until its gate was decided: the first {r['limit']} items, then "
-                       f"{g.get('blocks')} block(s) of {g.get('step')} from a permutation of the rest seeded {g.get('seed')}.")
-        if data_note := r["data"].get("note"):
+                       f"{g.blocks} block(s) of {g.step} from a permutation of the rest seeded {g.seed}.")
+        if data_note := (r["data"].note if r["data"] else None):
             out.append(f"- {r['task']}: {' '.join(str(data_note).split())}")
     if out[-1] != "":
         out.append("")
     return out
 
 
-def _operating_point(points: list[dict[str, Any]], bench: dict[str, Any]) -> str | None:
+def _operating_point(points: list[BenchPoint], bench: BenchRun) -> str | None:
     """The load this checkpoint was measured to sustain: the sweep's knee, else the highest load
     with successful requests."""
-    ok = [p for p in points if p.get("successes")]
+    ok = [p for p in points if p.successes]
     if not ok:
         return None
-    knee = (bench.get("knee") or {}).get("knee")
-    chosen = next((p for p in ok if knee is not None and knee in (p.get("concurrency"), p.get("rate"))), None)
+    knee = bench.knee.knee if bench.knee is not None else None
+    chosen = next((p for p in ok if knee is not None and knee in (p.concurrency, p.rate)), None)
     why = "the knee of the throughput curve"
     if chosen is None:
-        chosen = max(ok, key=lambda p: (p.get("concurrency") or 0, p.get("rate") or 0))
+        chosen = max(ok, key=lambda p: (p.concurrency or 0, p.rate or 0))
         why = "the highest load measured (no knee was searched)"
-    load = (f"concurrency {chosen.get('concurrency')}" if chosen.get("profile") == "concurrency"
-            else f"{chosen.get('rate')} requests/s")
-    return (f"Operating point ({why}): {load}, {fmt(chosen.get('output_tok_s'), missing=MISSING)} output tok/s, "
-            f"TTFT p95 {fmt_ms(_quantiles(chosen.get('ttft'), 'p95'), missing=MISSING)} ms, "
-            f"ITL p95 {fmt_ms(_quantiles(chosen.get('itl'), 'p95'), missing=MISSING)} ms.")
+    load = f"concurrency {chosen.concurrency}" if chosen.profile == "concurrency" else f"{chosen.rate} requests/s"
+    return (f"Operating point ({why}): {load}, {fmt(chosen.output_tok_s, missing=MISSING)} output tok/s, "
+            f"TTFT p95 {fmt_ms(_quantiles(chosen.ttft, 'p95'), missing=MISSING)} ms, "
+            f"ITL p95 {fmt_ms(_quantiles(chosen.itl, 'p95'), missing=MISSING)} ms.")
 
 
-def _px(p: dict[str, Any]) -> tuple:
-    return (p.get("profile"), p.get("concurrency"), p.get("rate"), p.get("input_len"), p.get("output_len"))
+def _px(p: BenchPoint) -> tuple:
+    return (p.profile, p.concurrency, p.rate, p.input_len, p.output_len)

@@ -76,88 +76,97 @@ class CapacityCell(BaseModel):
         return unit + ("+" if self.reason == "max_reached" else "")
 
 
-def capacity_cell(result: dict[str, Any] | None, *, config: Literal["defaults", "tuned"] = "defaults",
+def _profile(settings: Any, default: str) -> str:
+    # a profile stored before profiles had names (or settings not stored) was a burst
+    return settings.profile if settings is not None and "profile" in settings.model_fields_set else default
+
+
+def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaults",
                   command: str | None = None, label: str = "defaults") -> CapacityCell | None:
-    """A stored CapacityResult (JSON) as a cell; None when there is none."""
-    if not result:
+    """A stored CapacityResult (measure/capacity.py, or its tolerant form: records.py) as a cell;
+    None when there is none."""
+    if result is None or not result.model_fields_set:
         return None
-    settings = result.get("settings") or {}
-    cap = result.get("capacity") or {}
-    bound = result.get("bound") or {}
-    search = result.get("search") or {}
-    server = result.get("server") or {}
+    settings, cap, bound, search, server = result.settings, result.capacity, result.bound, result.search, result.server
+    points = result.points or []
     from ..serve.config import args_of
 
+    serve_config = server.serve_config if server is not None else None
+    load = cap.load if cap is not None else None
     cell = CapacityCell(
-        config=config, slo=result.get("slo") or "", profile=settings.get("profile", "burst"),
-        load=cap.get("load"), reason=search.get("reason"), ceiling=search.get("ceiling") if cap else None,
-        edge=_edge(cap.get("load"), search),
-        req_s=cap.get("req_s"), output_tok_s=cap.get("output_tok_s"),
-        goodput_req_s=_goodput(cap, result.get("points") or []), tolerance=float(settings.get("tolerance") or 0.10),
-        points=int(result.get("points_spent") or len(result.get("points") or [])),
-        bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"),
-        serve_args=args_of(server.get("serve_config")), label=label,
-        command=command or (shlex.join(["vllm", "serve", result["model_dir"], *args_of(server.get("serve_config"))])
-                            if result.get("model_dir") else None))
+        config=config, slo=result.slo or "", profile=_profile(settings, "burst"),
+        load=load, reason=search.reason if search is not None else None,
+        ceiling=search.ceiling if search is not None and cap is not None else None,
+        edge=_edge(load, search),
+        req_s=cap.req_s if cap is not None else None, output_tok_s=cap.output_tok_s if cap is not None else None,
+        goodput_req_s=_goodput(cap, points), tolerance=float((settings.tolerance if settings else None) or 0.10),
+        points=int(result.points_spent or len(points)),
+        bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
+        knob=bound.knob if bound else None,
+        serve_args=args_of(serve_config), label=label,
+        command=command or (shlex.join(["vllm", "serve", result.model_dir, *args_of(serve_config)])
+                            if result.model_dir else None))
     if cell.load is None:
-        points = result.get("points") or []
         if points and cell.reason == "untrusted":  # the search stopped at the point it could not trust
             last = points[-1]
             cell.blocker = (f"at {_where(last)}: quantkit's client limited the point, so it decides nothing ("
-                            + (last.get("client_limited_reason") or "client-limited") + ")")
+                            + (last.client_limited_reason or "client-limited") + ")")
         elif points:
-            violations = points[0].get("slo_violations") or []
+            violations = points[0].slo_violations or []
             cell.blocker = f"at {_where(points[0])}: " + ("; ".join(violations) or "the SLO failed")
-        elif result.get("error"):
-            cell.blocker = result["error"]
+        elif result.error:
+            cell.blocker = result.error
     return cell
 
 
-def _goodput(cap: dict[str, Any], points: list[dict[str, Any]]) -> float | None:
+def _goodput(cap: Any, points: list[Any]) -> float | None:
     """Goodput at capacity; at a Poisson capacity the offered rate x attainment, as capacity.py now
     stores it, also for records stored before (their figure was the window's own, noisy count)."""
     from ..measure.capacity import goodput_at
 
-    i = cap.get("point_index")
-    point = points[i] if isinstance(i, int) and 0 <= i < len(points) else {}
-    return goodput_at(point.get("rate"), point.get("slo_attainment"), cap.get("goodput_req_s"),
-                      windowed=bool(point.get("window")))
-
-
-def _edge(load: float | None, search: dict[str, Any]) -> float | None:
-    if load is None:
+    if cap is None:
         return None
-    above = [x for x in [*(search.get("undecided") or []), search.get("ceiling")] if x is not None and x > load]
+    i = cap.point_index
+    point = points[i] if isinstance(i, int) and 0 <= i < len(points) else None
+    if point is None:
+        return goodput_at(None, None, cap.goodput_req_s, windowed=False)
+    return goodput_at(point.rate, point.slo_attainment, cap.goodput_req_s, windowed=bool(point.window))
+
+
+def _edge(load: float | None, search: Any) -> float | None:
+    if load is None or search is None:
+        return None
+    above = [x for x in [*(search.undecided or []), search.ceiling] if x is not None and x > load]
     return min(above, default=None)
 
 
-def _where(point: dict[str, Any]) -> str:
-    burst = " (burst)" if point.get("load_profile") == "burst" else ""
-    return (f"c={point.get('concurrency')}{burst}" if point.get("profile") == "concurrency"
-            else f"{point.get('rate')} req/s")
+def _where(point: Any) -> str:
+    burst = " (burst)" if point.load_profile == "burst" else ""
+    return f"c={point.concurrency}{burst}" if point.profile == "concurrency" else f"{point.rate} req/s"
 
 
-def tuned_cell(tune: dict[str, Any] | None, slo: str | None, profile: str = "concurrency",
+def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
                tolerance: float = 0.10) -> CapacityCell | None:
-    """The best trial of a stored TuneResult as a cell."""
-    if not tune or not tune.get("best"):
+    """The best trial of a stored TuneResult (measure/tune.py, or its tolerant form) as a cell."""
+    if tune is None or tune.best is None:
         return None
-    best = tune["best"]
-    cap = best.get("capacity") or {}
-    bound = best.get("bound") or {}
-    settings = tune.get("capacity") or {}
+    best = tune.best
+    cap = best.capacity or {}  # Trial.capacity: CapacityFigures as a dict (the trial's own contract)
+    bound = best.bound
+    settings = tune.capacity
     from ..serve.config import mask_text
 
-    command = mask_text(best["command"]) if best.get("command") else None  # a store written before masking
+    command = mask_text(best.command) if best.command else None  # a store written before masking
     flags = (command or "").split()[3:]
     return CapacityCell(
-        config="tuned", slo=tune.get("slo") or slo or "", profile=settings.get("profile", profile),
-        load=cap.get("load") if cap else best.get("capacity_load"), reason="bracketed", req_s=cap.get("req_s"),
-        output_tok_s=cap.get("output_tok_s"), goodput_req_s=best.get("value"),
-        tolerance=float(settings.get("tolerance") or tolerance), points=int(best.get("points") or 0),
-        bound=bound.get("kind"), bound_evidence=bound.get("evidence"), knob=bound.get("knob"), serve_args=flags,
-        command=command, label=best.get("label") or "tuned", trials=len(tune.get("trials") or []),
-        servers=tune.get("server_starts"))
+        config="tuned", slo=tune.slo or slo or "", profile=_profile(settings, profile),
+        load=cap.get("load") if cap else best.capacity_load, reason="bracketed", req_s=cap.get("req_s"),
+        output_tok_s=cap.get("output_tok_s"), goodput_req_s=best.value,
+        tolerance=float((settings.tolerance if settings else None) or tolerance), points=int(best.points or 0),
+        bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
+        knob=bound.knob if bound else None, serve_args=flags,
+        command=command, label=best.label or "tuned", trials=len(tune.trials or []),
+        servers=tune.server_starts)
 
 
 class Candidate(BaseModel):

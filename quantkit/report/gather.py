@@ -20,16 +20,23 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from .. import settings
-from ..checkpoint import RECORD_FILE, method_of, weight_bytes
+from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
 from ..models import BUILTIN_PROVENANCE
-from ..evals.gates import VERDICTS, GateVerdict, overall_verdict, recovery_of
+from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
+from ..evals.results import EvalRun
+from ..measure.bench import BenchRun
+from ..measure.capacity import CapacityResult
 from ..store import MEASURED_KINDS, REPORTED_KINDS, Record, Store, result_kind
+from . import records
 from .build import Variant, build_report
 
+M = TypeVar("M", bound=BaseModel)
 Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 
 
@@ -135,12 +142,17 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     eval_ = stages.get("eval")
     problems = [f"{r.kind} {r.status}" + (f": {r.error}" if r.error and r.error != r.status else "")
                 for r in stages.values() if r.status != "done"]  # not "capacity interrupted: interrupted"
-    bench_result = bench.result if bench else None
+    # the store's boundary: each stored result is validated here, once, into its model (records.py)
+    bench_result = records.read(BenchRun, bench.result) if bench else None
     if bench is not None and bench.status != "done":
         # keep what finished: the points stored before the stage stopped
         points = store.points(bench.id)
-        bench_result = {**(bench.result or {}), "points": points, "complete": False} if points else None
-    model_dir = (convert.result or {}).get("output_dir") if convert and convert.result else None
+        bench_result = records.read(BenchRun, {**(bench.result or {}), "points": points, "complete": False}) \
+            if points else None
+    convert_result = records.read(ConvertRecord, convert.result) if convert else None
+    capacity, tune = stages.get("capacity"), stages.get("tune")
+    capacity_result = records.read(CapacityResult, capacity.result) if capacity is not None else None
+    model_dir = convert_result.output_dir if convert_result is not None else None
     model_dir = model_dir or next((r.params.get("checkpoint") for r in (bench, eval_, stages.get("capacity"))
                                    if r is not None and r.params.get("checkpoint")), "")
     recovery = None
@@ -149,40 +161,39 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
             recovery = recovery_of(eval_.result, baseline_eval, gates)
         except UsageError as exc:
             problems.append(f"recovery: {exc.message}")
-    capacity, tune = stages.get("capacity"), stages.get("tune")
     if convert:
-        method = (convert.result or {}).get("method", name)
+        method = (convert_result.method if convert_result is not None else None) or name
     else:  # a checkpoint quantkit did not convert here: its own quantization, or the source dtype
-        described = next((r.result.get("checkpoint") for r in (bench, capacity) if r is not None and r.result), None)
+        described = next((records.read(model, r.result).checkpoint for r, model in ((bench, BenchRun), (capacity, CapacityResult))
+                          if r is not None and r.result), None)
         method = method_of(described) or "bf16"
     status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline or a checkpoint brought in
         size = weight_bytes(Path(model_dir))
-    capacity_result = capacity.result if capacity is not None and capacity.status == "done" else None
     return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size, baseline=name == "baseline",
-                   capacity=capacity_result, tune=tune.result if tune is not None and tune.status == "done" else None,
-                   convert=convert.result if convert and convert.status == "done" else None,
+                   capacity=capacity_result if capacity is not None and capacity.status == "done" else None,
+                   tune=tune.result if tune is not None and tune.status == "done" else None,
+                   convert=convert_result if convert and convert.status == "done" else None,
                    bench=bench_result, eval=eval_.result if eval_ and eval_.status == "done" else None,
                    recovery=recovery, status=status, error="; ".join(problems) or None)
 
 
-def environment(variants: list[Any]) -> dict[str, Any]:
+def environment(variants: list[Variant]) -> dict[str, Any]:
     env: dict[str, Any] = {}
     for v in variants:
-        if v.bench:
-            hw = v.bench.get("hardware") or {}
+        if v.bench is not None and v.bench.model_fields_set:
+            hw = v.bench.hardware or {}  # machine.describe(): a dict by BenchRun's contract
             env.setdefault("device", hw.get("gpu") or hw.get("cpu"))
             env.setdefault("cpu_count", hw.get("cpu_count"))
             if hw.get("driver"):
                 env.setdefault("driver", hw.get("driver"))
-            server = v.bench.get("server") or {}
-            env.setdefault("vllm", server.get("vllm_version"))
-        if v.convert:
-            for name, version in (v.convert.get("versions") or {}).items():
+            env.setdefault("vllm", v.bench.server.vllm_version if v.bench.server is not None else None)
+        if v.convert is not None and v.convert.model_fields_set:
+            for name, version in (v.convert.versions or {}).items():
                 env.setdefault(name, version)
-        if v.eval:
-            for name, version in (v.eval.get("versions") or {}).items():
+        if v.eval is not None and v.eval.model_fields_set:
+            for name, version in (v.eval.versions or {}).items():
                 env.setdefault(name, version)
     return {k: val for k, val in env.items() if val is not None}
 
@@ -226,8 +237,8 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     gated = {row.name: row.gate for row in report.rows if row.gate in VERDICTS}
     counts = {verdict: 0 for verdict in VERDICTS}
     for v in variants:
-        for g in (v.recovery or {}).get("gates") or []:
-            counts[GateVerdict.model_validate(g).verdict] += 1
+        for g in (v.recovery.gates if v.recovery is not None else None) or []:
+            counts[g.verdict] += 1
     return {"model": model, "paths": paths, "report": report,
             "gates_passed": (overall_verdict(list(gated.values())) == "pass") if gated else None,
             "gate_verdict": overall_verdict(list(gated.values())), "verdicts": gated, "gate_counts": counts,
@@ -256,9 +267,9 @@ def baseline_provenance(model: str | None, variants: list[Variant]) -> str | Non
     """What the baseline is, when quantkit made it (the built-in demo model: dequantized from a
     GGUF), from the conversions' source records, else the model's own name."""
     for v in variants:
-        source = (v.convert or {}).get("source") or {}
-        if source.get("kind") == "builtin" and source.get("ref") in BUILTIN_PROVENANCE:
-            return f"{source['ref']}: {BUILTIN_PROVENANCE[source['ref']]}"
+        source = v.convert.source if v.convert is not None else None
+        if source is not None and source.kind == "builtin" and source.ref in BUILTIN_PROVENANCE:
+            return f"{source.ref}: {BUILTIN_PROVENANCE[source.ref]}"
     return f"{model}: {BUILTIN_PROVENANCE[model]}" if model in BUILTIN_PROVENANCE else None
 
 
@@ -277,21 +288,32 @@ class Evidence:
     tune: Record | None = None  # newest finished tune of DIR
     baseline_eval: Record | None = None  # newest done baseline eval of the same model
     baseline_bench: Record | None = None
-    convert: dict[str, Any] | None = None  # the convert record's result, else DIR/quantkit.json
-    recovery: dict[str, Any] | None = None  # evals.gates.RecoveryReport as a dict
+    convert: ConvertRecord | None = None  # the convert record's result, else DIR/quantkit.json (records.Convert)
+    recovery: RecoveryReport | None = None  # against the baseline eval (records.Recovery)
     gates: dict[str, Any] = field(default_factory=dict)
     gates_source: str = "given on the command line"
     validated: bool = False
     reason: str = ""  # why not validated (or the verdict when validated)
 
     @property
-    def eval(self) -> dict[str, Any] | None:
+    def eval(self) -> EvalRun | None:
         r = self.stages.get("eval")
-        return r.result if r is not None and r.status == "done" else None
+        return records.read(EvalRun, r.result) if r is not None and r.status == "done" else None
 
     @property
     def bench(self) -> Record | None:
         return self.stages.get("bench")
+
+    @property
+    def bench_run(self) -> BenchRun | None:
+        """The bench record's result (records.Bench); None without one."""
+        r = self.stages.get("bench")
+        return records.read(BenchRun, r.result) if r is not None and r.result else None
+
+    def result(self, kind: str, model: type[M]) -> M | None:
+        """The finished record of stage `kind` as `model` (tolerant: records.py); None otherwise."""
+        r = self.stages.get(kind)
+        return records.read(model, r.result) if r is not None and r.status == "done" and r.result else None
 
 
 def _norm(path: str | Path | None) -> Path | None:
@@ -328,13 +350,13 @@ def evidence_for(store: Store, checkpoint: Path) -> Evidence:
         ev.baseline_bench = next((r for r in reversed(base) if r.kind == "bench"), None)
     convert = ev.stages.get("convert")
     if convert is not None and convert.status == "done" and convert.result:
-        ev.convert = convert.result
+        ev.convert = records.read(ConvertRecord, convert.result)
     else:
         ev.convert = _read_convert_file(checkpoint)
     return ev
 
 
-def _read_convert_file(checkpoint: Path) -> dict[str, Any] | None:
+def _read_convert_file(checkpoint: Path) -> ConvertRecord | None:
     path = checkpoint / RECORD_FILE
     if not path.is_file():
         return None
@@ -342,5 +364,5 @@ def _read_convert_file(checkpoint: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) and data.get("kind") == result_kind("convert") else None
+    return records.read(ConvertRecord, data) if isinstance(data, dict) and data.get("kind") == result_kind("convert") else None
 

@@ -15,6 +15,7 @@ from ..measure.ladder import rederive
 from ..measure.slo import Slo
 from ..store import Record, Store
 from .build import Variant
+from .records import as_model
 
 
 def apply_slo(store: Store, by_variant: dict[str, dict[str, Record]], variants: list[Variant], slo: Slo) -> list[str]:
@@ -25,7 +26,7 @@ def apply_slo(store: Store, by_variant: dict[str, dict[str, Record]], variants: 
         record = by_variant.get(v.name, {}).get("capacity")
         if record is None or v.capacity is None:
             continue
-        result = CapacityResult.model_validate(v.capacity)
+        result = as_model(CapacityResult, v.capacity)  # judged again whole: the strict model
         measured.add(result.slo)
         if result.slo == str(slo):
             continue  # measured under S itself
@@ -35,11 +36,11 @@ def apply_slo(store: Store, by_variant: dict[str, dict[str, Record]], variants: 
             v.capacity = None
             notes.append(f"{v.name}: not re-derived: {exc.message}")
             continue
-        v.capacity = derived.result.model_dump(mode="json")
+        v.capacity = derived.result
         if derived.note:
             notes.append(f"{v.name}: {derived.note}")
-        if v.tune is not None and v.tune.get("slo") != str(slo):
-            notes.append(f"{v.name}: its tuned configuration was searched under {v.tune.get('slo')} and is not shown "
+        if v.tune is not None and v.tune.slo != str(slo):
+            notes.append(f"{v.name}: its tuned configuration was searched under {v.tune.slo} and is not shown "
                          f"under {slo}")
             v.tune = None
     if measured - {str(slo)}:

@@ -60,11 +60,11 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
             if v.name not in ladders:
                 continue
             try:
-                derived = rederive(v.capacity, ladders[v.name], slo,
+                derived = rederive(v.capacity.model_dump(mode="json", exclude_unset=True), ladders[v.name], slo,
                                    model_dir=v.model_dir or None)
             except UsageError:
                 continue  # a burst ladder: the main table labels it; a tier cannot be judged on it
-            result.cells[v.name] = capacity_cell(derived.result.model_dump(mode="json"))
+            result.cells[v.name] = capacity_cell(derived.result)
             result.coverage[v.name] = derived.coverage
             if derived.note:
                 result.notes.append(f"{v.name}: {derived.note}")

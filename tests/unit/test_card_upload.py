@@ -7,11 +7,13 @@ import json
 from pathlib import Path
 
 from quantkit import hub
+from quantkit.report import records
 from quantkit.report.card import base_model_of, baseline_provenance
 
 
-def _source(kind: str, ref: str, path: str = "/nowhere") -> dict:
-    return {"source": {"kind": kind, "ref": ref, "path": path, "fingerprint": "sha256:0"}}
+def _source(kind: str, ref: str, path: str = "/nowhere") -> records.Convert:
+    # a conversion record holding only its source, read as the card reads stored records
+    return records.Convert.model_validate({"source": {"kind": kind, "ref": ref, "path": path, "fingerprint": "sha256:0"}})
 
 
 def test_base_model_of_each_kind_of_source(tmp_path):

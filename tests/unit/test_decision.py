@@ -143,6 +143,7 @@ def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
     (`untrusted`), and neither the capacity summary nor the decision may call that an SLO failure."""
     from quantkit.measure.capacity import CapacityResult, CapacitySettings
     from quantkit.measure.search import CapacitySearch
+    from quantkit.report import records
     from quantkit.report.decision import capacity_cell
 
     reason = "event-loop lag p50 4.1 ms, p99 31.0 ms (limits 3 / 30 ms): other processes kept it waiting"
@@ -150,7 +151,7 @@ def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
              "client_limited_reason": reason}
     stored = {"slo": SLO, "settings": {"profile": "concurrency"}, "capacity": None, "points": [point],
               "search": {"reason": "untrusted"}, "points_spent": 1, "model_dir": "M"}
-    c = capacity_cell(stored)
+    c = capacity_cell(records.Capacity.model_validate(stored))
     assert c.load is None and "client limited the point" in c.blocker and "31.0 ms" in c.blocker
     d = decide([row("baseline", c, recovery=1.0, gate="reference", baseline=True)])
     assert d.status == "none_meets_slo" and "no variant has a trusted capacity" in d.summary
@@ -168,10 +169,11 @@ def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
 
 
 def test_a_poisson_cell_s_goodput_is_the_offered_rate_times_attainment_even_for_older_records():
+    from quantkit.report import records
     from quantkit.report.decision import capacity_cell
 
     stored = {"slo": SLO, "settings": {"profile": "poisson", "tolerance": 0.15},
               "capacity": {"load": 6.48, "req_s": 6.79, "output_tok_s": 367, "goodput_req_s": 6.79, "point_index": 0},
               "search": {"reason": "bracketed", "ceiling": 7.05},
               "points": [{"profile": "rate", "rate": 6.48, "slo_attainment": 0.98, "window": {"verdict": "pass"}}]}
-    assert capacity_cell(stored).goodput == pytest.approx(6.48 * 0.98)
+    assert capacity_cell(records.Capacity.model_validate(stored)).goodput == pytest.approx(6.48 * 0.98)

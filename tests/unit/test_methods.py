@@ -8,6 +8,7 @@ from quantkit import recipe as recipes
 from quantkit.errors import UsageError
 from quantkit.methods import METHODS, Method, MethodRegistry
 from quantkit.registry import BACKENDS
+from quantkit.report import records
 from quantkit.report.card import _bits
 
 
@@ -24,7 +25,7 @@ def test_every_method_has_a_builtin_recipe_that_agrees_with_its_entry():
         recipe = recipes.for_method(method.name)
         assert recipe.method == method.name and recipe.backend in method.backends
         assert recipe.needs_calibration == method.calibrated == (recipe.calibration is not None)
-        assert _bits({"scheme": recipe.scheme}) == method.weight_bits  # the card's tag, read from the scheme
+        assert _bits(records.Convert(scheme=recipe.scheme)) == method.weight_bits  # the card's tag, read from the scheme
 
 
 def test_each_backend_does_the_methods_whose_entry_names_it():
@@ -63,12 +64,12 @@ def test_an_inconsistent_entry_fails_when_the_registry_is_made():
 
 def test_card_bits_read_the_config_then_the_scheme_then_the_method():
     qc = {"config_groups": {"group_0": {"weights": {"num_bits": 4}}}}
-    assert _bits({"method": "int8", "scheme": "W8A8", "quantization_config": qc}) == 4
-    assert _bits({"method": "gptq", "quantization_config": {"bits": 8}}) == 8
-    assert _bits({"method": "gptq", "scheme": "W8A16"}) == 8  # the scheme, not the method's default
-    assert _bits({"scheme": "FP8_DYNAMIC"}) == 8
-    assert _bits({"method": "awq", "scheme": "NVFP4A16"}) == 4  # a scheme that does not spell its bits
-    assert _bits({"method": "nope", "scheme": "NVFP4A16"}) is None and _bits(None) is None
+    assert _bits(records.Convert.model_validate({"method": "int8", "scheme": "W8A8", "quantization_config": qc})) == 4
+    assert _bits(records.Convert.model_validate({"method": "gptq", "quantization_config": {"bits": 8}})) == 8
+    assert _bits(records.Convert.model_validate({"method": "gptq", "scheme": "W8A16"})) == 8  # the scheme, not the method's default
+    assert _bits(records.Convert.model_validate({"scheme": "FP8_DYNAMIC"})) == 8
+    assert _bits(records.Convert.model_validate({"method": "awq", "scheme": "NVFP4A16"})) == 4  # a scheme that does not spell its bits
+    assert _bits(records.Convert.model_validate({"method": "nope", "scheme": "NVFP4A16"})) is None and _bits(None) is None
 
 
 # What build_modifiers built for each case before the registry (llm-compressor 0.14.0.1,

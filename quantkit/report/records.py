@@ -1,0 +1,98 @@
+"""The report's typed seam: stored result JSON validated once, into the result models themselves.
+
+The store keeps each stage's result as the JSON its model wrote (ConvertRecord, BenchRun, EvalRun,
+RecoveryReport, CapacityResult, TuneResult). The report, the decision and the card read them as
+these models' attributes, never as dict keys: a field renamed in a result model is an
+AttributeError in the report (and a failing test), not a silent "—".
+
+Records written by older quantkits lack fields added since (and a test's record may hold only what
+it checks), so each model is read through its *tolerant* form (`tolerant(Model)`): a subclass of the
+model in which a required field may be missing (None) and unknown keys are ignored; every default,
+type check and validator of the model still applies, and nested models are tolerant too. A stored
+value of the wrong type still fails, loudly, here at the boundary.
+
+`as_model` gives the strict model back where a computation needs one whole (measure/ladder.py).
+"""
+
+from __future__ import annotations
+
+import copy
+import types
+import typing
+from typing import Any, TypeVar, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from ..checkpoint import ConvertRecord
+from ..evals.gates import RecoveryReport
+from ..evals.results import EvalRun
+from ..measure.bench import BenchRun
+from ..measure.capacity import CapacityResult
+from ..measure.point import BenchPoint
+from ..measure.tune import TuneResult
+
+M = TypeVar("M", bound=BaseModel)
+_TOLERANT: dict[type, type] = {}
+
+
+def _swap(annotation: Any) -> Any:
+    """The annotation with every BaseModel in it replaced by its tolerant form."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return tolerant(annotation)
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is None or not args or origin is typing.Literal:
+        return annotation
+    swapped = tuple(_swap(a) for a in args)
+    if swapped == args:
+        return annotation
+    if origin in (Union, types.UnionType):
+        return Union[swapped]
+    if origin is typing.Annotated:
+        return typing.Annotated[swapped]
+    return origin[swapped if len(swapped) > 1 else swapped[0]]
+
+
+def tolerant(model: type[M]) -> type[M]:
+    """`model` with its required fields optional (None when missing), unknown keys ignored and
+    nested models tolerant; a subclass, so its methods, defaults and validators all apply."""
+    if model in _TOLERANT:
+        return _TOLERANT[model]
+    fields: dict[str, Any] = {}
+    for name, info in model.model_fields.items():
+        annotation = _swap(info.annotation)
+        if info.is_required():
+            annotation = annotation | None
+            info = copy.copy(info)
+            info.default = None
+        elif annotation is info.annotation:
+            continue
+        fields[name] = (annotation, info)
+    made = create_model(model.__name__, __base__=model, __module__=__name__, **fields)
+    made.model_config = ConfigDict(**{**model.model_config, "extra": "ignore"})
+    made.model_rebuild(force=True)
+    _TOLERANT[model] = made
+    return made
+
+
+def read(model: type[M], data: dict[str, Any] | BaseModel | None) -> M | None:
+    """A stored result (JSON, or a model of it) as the tolerant `model`; None for None."""
+    if data is None:
+        return None
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json", exclude_unset=True)
+    return tolerant(model).model_validate(data)
+
+
+def as_model(model: type[M], value: BaseModel) -> M:
+    """The strict `model` of a tolerantly read `value` (ValidationError when it lacks a field)."""
+    return model.model_validate(value.model_dump(mode="json", exclude_unset=True))
+
+
+# The stored results the report reads, by stage
+Convert = tolerant(ConvertRecord)
+Bench = tolerant(BenchRun)
+Eval = tolerant(EvalRun)
+Recovery = tolerant(RecoveryReport)
+Capacity = tolerant(CapacityResult)
+Tune = tolerant(TuneResult)
+Point = tolerant(BenchPoint)

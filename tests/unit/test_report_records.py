@@ -1,0 +1,50 @@
+"""The report's typed seam (report/records.py): stored result JSON is validated once, where the
+Variants are built, into its result model's tolerant form; the report reads attributes."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from quantkit.measure.bench import BenchRun
+from quantkit.measure.capacity import CapacityResult
+from quantkit.report import build as R
+from quantkit.report import records
+
+
+def test_an_old_record_missing_fields_still_loads_with_the_model_s_defaults():
+    # a bench record of an older quantkit: no server, no knee, a point without most of its fields
+    bench = records.read(BenchRun, {"model_dir": "/m", "points": [{"profile": "concurrency", "concurrency": 1,
+                                                                    "ttft": {"p50": 0.01}, "retired_field": 3}]})
+    assert isinstance(bench, BenchRun) and bench.server is None and bench.complete is False
+    point = bench.points[0]
+    assert point.ttft.p50 == 0.01 and point.ttft.p95 is None and point.successes is None
+    assert not hasattr(point, "retired_field")  # unknown stored keys are ignored
+    # a capacity's settings stored before profiles had names keep the model's validators (rate -> poisson)
+    assert records.read(CapacityResult, {"settings": {"profile": "rate"}}).settings.profile == "poisson"
+
+
+def test_a_stored_value_of_the_wrong_type_fails_at_the_boundary():
+    with pytest.raises(ValidationError):
+        R.Variant(name="b", method="bf16", model_dir="/m", bench={"points": [{"output_tok_s": "fast"}]})
+
+
+def test_a_field_the_model_does_not_have_is_an_error_not_a_dash():
+    # a renamed result field: the report's read fails loudly instead of printing "—"
+    v = R.Variant(name="b", method="bf16", model_dir="/m", bench={"model_dir": "/m"})
+    with pytest.raises(AttributeError):
+        v.bench.output_tokens_per_s  # noqa: B018
+
+
+def test_variant_fields_are_typed_from_dicts_and_strict_models_alike():
+    strict = BenchRun(model_dir="/m")
+    for given in (strict, strict.model_dump(mode="json")):
+        v = R.Variant(name="b", method="bf16", model_dir="/m", bench=given)
+        assert isinstance(v.bench, BenchRun) and type(v.bench) is records.Bench
+    v.capacity = {"slo": "ttft_p95=1"}  # assignment is validated too (ladders.py, proxy.py assign)
+    assert type(v.capacity) is records.Capacity and v.capacity.slo == "ttft_p95=1"
+
+
+def test_as_model_gives_the_strict_model_or_fails_when_a_field_is_missing():
+    with pytest.raises(ValidationError):
+        records.as_model(CapacityResult, records.read(CapacityResult, {"slo": "ttft_p95=1"}))
