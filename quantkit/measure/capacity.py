@@ -371,10 +371,7 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
         if float(load) not in kept:
             measure_at(load)  # kept, with its requests, by measure_at
         step = judged.get(float(load)) or judge_step(kept[float(load)], slo, window)
-        undecided_pass = step.state == "undecided" and step.margin is not None and step.margin <= 1.0
-        return Verdict(passed=step.state == "pass" or undecided_pass, margin=step.margin,
-                       trusted=step.state != "untrusted", decided=step.state in ("pass", "fail", "saturated"),
-                       state=step.state if step.state in ("pass", "fail", "saturated") else None)
+        return Verdict.of_window(step.state, step.margin)
 
     found = search(measure, start_from(list(judged.values())) or near)
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
@@ -405,10 +402,7 @@ def verdict_of(point: BenchPoint, slo: Slo) -> Verdict:
     if w is None:
         return Verdict(passed=bool(point.slo_met), margin=None if point.stopped_early else slo.margin(point),
                        trusted=trusted)
-    margin = None if w.verdict == "saturated" else slo.margin(point)
-    if w.verdict == "undecided":
-        return Verdict(passed=margin is not None and margin <= 1.0, margin=margin, trusted=trusted, decided=False)
-    return Verdict(passed=w.verdict == "pass", margin=margin, trusted=trusted, state=w.verdict)
+    return Verdict.of_window(w.verdict, slo.margin(point), trusted)
 
 
 def _index_of(points: list[BenchPoint], load: float | None, axis: str) -> int | None:

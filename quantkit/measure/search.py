@@ -130,6 +130,18 @@ class Verdict(BaseModel):
     decided: bool = True  # False: the data could not decide at the confidence asked (steers, never reported)
     state: str | None = None  # the point's own verdict (pass, fail, saturated), where it has one
 
+    @classmethod
+    def of_window(cls, state: str, margin: float | None, trusted: bool = True) -> "Verdict":
+        """A steady-state window's verdict (`pass`, `fail`, `saturated`, `undecided`, or `untrusted`:
+        quantkit's client limited it) as the search reads it, for a point measured now and for one
+        judged again from the ladder alike: `undecided` steers by its point estimate but is never
+        reported; `saturated` fails and its percentiles give no margin."""
+        decided = state in ("pass", "fail", "saturated")
+        margin = None if state == "saturated" else margin
+        passed = state == "pass" or (state == "undecided" and margin is not None and margin <= 1.0)
+        return cls(passed=passed, margin=margin, trusted=trusted and state != "untrusted", decided=decided,
+                   state=state if decided else None)
+
 
 class CapacityStep(BaseModel):
     load: float

@@ -150,3 +150,22 @@ def test_bad_ranges_are_usage_errors():
         search_capacity(lambda c: Verdict(passed=True), lo=0, hi=10)
     with pytest.raises(UsageError):
         search_capacity(lambda c: Verdict(passed=True), lo=1, hi=10, tolerance=0)
+
+
+def test_a_window_verdict_reads_the_same_measured_now_or_judged_again_from_the_ladder():
+    """One rule (Verdict.of_window) for a point measured now and one re-judged from its stored
+    requests: the two paths once built their Verdicts apart."""
+    cases = {  # state, margin -> passed, margin, decided, state kept, trusted
+        ("pass", 0.8): (True, 0.8, True, "pass", True),
+        ("fail", 1.3): (False, 1.3, True, "fail", True),
+        ("saturated", 0.7): (False, None, True, "saturated", True),
+        ("undecided", 0.9): (True, 0.9, False, None, True),
+        ("undecided", 1.1): (False, 1.1, False, None, True),
+        ("undecided", None): (False, None, False, None, True),
+        ("untrusted", None): (False, None, False, None, False),
+    }
+    for (state, margin), (passed, kept_margin, decided, kept_state, trusted) in cases.items():
+        v = Verdict.of_window(state, margin)
+        assert (v.passed, v.margin, v.decided, v.state, v.trusted) == (passed, kept_margin, decided, kept_state,
+                                                                        trusted), state
+    assert Verdict.of_window("pass", 0.5, trusted=False).trusted is False
