@@ -138,3 +138,19 @@ def test_the_card_publishes_a_steady_state_capacity_with_its_tiers_and_never_a_b
     card = str(build_card(store, evidence_for(store, Path("/models/m-int8")), None))
     section = card[card.index("## Capacity under an SLO"):card.index("## How to serve")]
     assert "measured as a burst" in section and "not published" in section and "req/s offered" not in section
+
+
+def test_the_tier_table_says_what_to_run_to_cover_a_tier_in_the_markdown_too():
+    """The command that covers a tier a ladder cannot decide was in the JSON report only."""
+    from quantkit.report.decision import CapacityCell
+    from quantkit.report.tiers import TierResult, tier_table
+
+    note = "p99 needs 460 requests per point; run: quantkit bench DIR --capacity --slo mlperf-server"
+    tiers = [TierResult(name="measured", slo="ttft_p95=1", source="the recipe's"),
+             TierResult(name="mlperf-server", slo="ttft_p99=2,tpot_p99=0.1", source="MLPerf",
+                        cells={"baseline": CapacityCell(config="defaults", slo="ttft_p99=2", load=None)},
+                        coverage={"baseline": "undecided"}, notes=[f"baseline: {note}"])]
+    title, header, rows, caption = tier_table(tiers)
+    assert f"Not covered: mlperf-server, baseline: {note}" in caption
+    assert rows[1][1] == "undecided (too few requests)"
+    assert "Not covered" not in tier_table(tiers[:1] + [tiers[1].model_copy(update={"notes": []})])[3]
