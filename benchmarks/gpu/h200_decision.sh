@@ -43,6 +43,11 @@
 # What 12-02 left: the tuned bf16 (STEPS="llama8b-decision-tuned:baseline"), int8 and W4A16 at long
 # context (llama8b-long:int8), long-context tuning. ("fp8!" failed on 12-02: the conversion held
 # 16.8 GiB while vLLM started; fixed and checked with benchmarks/gpu/convert_releases_gpu.py.)
+# What 12-03 left (docs/reports/h200/steady-2026-12-03-60s/README.md): the decision at steady state.
+#   DECISION=llama8b-steady (Poisson windows, and the MLPerf tiers spanned on the same ladder), e.g.
+#   SEED_STORE=docs/reports/h200/decision-2026-12-02/raw/results.db CONVERT=llama8b-convert-8bit \
+#     DECISION=llama8b-steady STEPS="baseline fp8 int8" ... start EPOCH; a later session: gptq awq.
+#   quantkit's own client no longer stalls its points on a GPU (0b32843): no retry doubles a point.
 set -uo pipefail
 Q=/tmp/qk
 mkdir -p $Q/logs $Q/res
