@@ -220,6 +220,8 @@ def decide(rows: list[Any]) -> Decision:
         for cell in (r.capacity, r.capacity_tuned):
             if cell is None:
                 continue
+            if cell.config == "tuned" and cell.label == "defaults" and r.capacity is not None:
+                continue  # the tuner kept vLLM's defaults: the defaults cell's configuration, not a rival of it
             c = Candidate(variant=r.name, method=r.method, cell=cell, recovery=r.recovery,
                           recovery_stderr=r.recovery_stderr, gate=r.gate, gate_detail=r.gate_detail,
                           accuracy_from=r.accuracy_from, size_bytes=r.size_bytes)

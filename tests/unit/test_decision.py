@@ -177,3 +177,17 @@ def test_a_poisson_cell_s_goodput_is_the_offered_rate_times_attainment_even_for_
               "search": {"reason": "bracketed", "ceiling": 7.05},
               "points": [{"profile": "rate", "rate": 6.48, "slo_attainment": 0.98, "window": {"verdict": "pass"}}]}
     assert capacity_cell(records.Capacity.model_validate(stored)).goodput == pytest.approx(6.48 * 0.98)
+
+
+def test_a_tuner_that_kept_the_defaults_is_no_second_candidate_tied_with_itself():
+    """An H200 report (12-01) said fp8 tied 'with fp8 (defaults)': the tuner's best trial was vLLM's
+    defaults, the same configuration as the defaults cell."""
+    kept = cell(2.0, "tuned").model_copy(update={"label": "defaults"})
+    rows = [row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
+            row("fp8", cell(2.0), tuned=kept, recovery=0.99)]
+    d = decide(rows)
+    assert [(c.variant, c.cell.config) for c in d.candidates] == [("baseline", "defaults"), ("fp8", "defaults")]
+    assert d.recommended.cell.config == "defaults" and not any("tolerance" in n for n in d.notes)
+    alone = decide([row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
+                    row("fp8", None, tuned=kept, recovery=0.99)])  # no defaults cell: the trial stands for it
+    assert ("fp8", "tuned") in [(c.variant, c.cell.config) for c in alone.candidates]
