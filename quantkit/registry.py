@@ -47,15 +47,3 @@ BACKENDS = Registry(
         "optimum": "quantkit.quantize.external:OptimumBackend",
     },
 )
-
-
-# Result files `quantkit runs import` accepts: their `kind` -> the schema that validates them. The
-# store knows them by name only, so it depends on no measuring or evaluating code.
-RESULT_SCHEMAS = Registry(
-    "result kind",
-    {
-        "quantkit.bench": "quantkit.measure.bench:BenchRun",
-        "quantkit.eval": "quantkit.evals.results:EvalRun",
-        "quantkit.capacity": "quantkit.measure.capacity:CapacityResult",
-    },
-)

@@ -21,9 +21,8 @@ from typing import Any, Iterator
 
 from ..checkpoint import describe, method_of
 from ..errors import UsageError
-from ..registry import RESULT_SCHEMAS
 from .db import StageHandle, Store, run_key
-from .kinds import IMPORTABLE_RESULTS
+from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS
 
 
 def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
@@ -75,7 +74,7 @@ def import_result(store: Store, path: Path, model: str | None = None, variant: s
     params = {"checkpoint": data.get("model_dir"), "imported_from": str(path.resolve()),
               "serve": server.get("serve_config"), "hardware": data.get("hardware")}
     record_id = store.begin(key, kind, model, variant, params)
-    for point in data.get("points", []) if kind in ("bench", "capacity") else []:
+    for point in data.get("points", []) if kind in POINT_KINDS else []:
         store.add_point(record_id, point)
     store.finish(record_id, data, str(path.resolve()))
     return {"file": str(path), "kind": kind, "model": model, "variant": variant, "run_key": key, "imported": True}

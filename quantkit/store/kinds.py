@@ -1,27 +1,85 @@
-"""What a stored record is: the stage kinds, named in this one place.
+"""What a stored record is: the stage kinds, each one `StageKind` in `KINDS`, named in this one place.
 
-A record's `kind` (a stage of `quantkit run`, or a standalone command's result) is one of
-`STAGE_KINDS`. SQLite does not check it (migration m002 dropped the CHECK constraint, so a new
-kind needs no table rebuild): `Store.begin` does, against this tuple. The report reads the
-`REPORTED_KINDS` of each variant and compares the `MEASURED_KINDS` within one workload only. A
-result file names its kind in its JSON `kind` field as `quantkit.<kind>` (`result_kind`);
-`quantkit runs import` accepts the `IMPORTABLE_KINDS` (registry.RESULT_SCHEMAS validates each).
+A record's `kind` (a stage of `quantkit run`, or a standalone command's result) is the name of one
+entry of `KINDS`. SQLite does not check it (migration m002 dropped the CHECK constraint, so a new
+kind needs no table rebuild): `Store.begin` does, against `STAGE_KINDS`. Each entry says what its
+records hold and who reads them:
+
+- `result`: its result model as `"module:attr"`, imported only when asked for (`result_model()`),
+  so that the store depends on no measuring or evaluating code at import time;
+- `reported`: the report reads the newest of it per variant (`REPORTED_KINDS`, in `KINDS` order;
+  a tune's trials are read through its tune record, never on their own);
+- `measured`: measured under a workload (prompt and output lengths, load profile, SLO): two records
+  of different workloads are two results, never one mixed from whichever is newest
+  (`MEASURED_KINDS`);
+- `importable`: `quantkit runs import` stores its result files (`IMPORTABLE_KINDS`); a result file
+  names its kind in its JSON `kind` field as `quantkit.<kind>` (`result_kind`), and
+  `RESULT_SCHEMAS` validates each;
+- `points`: its records store the bench points measured on the way (`Store.add_point`);
 """
 
 from __future__ import annotations
 
-# Every kind a record may have; only membership is checked, the order is stored nowhere.
-STAGE_KINDS = ("convert", "bench", "eval", "tune", "capacity", "trial")
-# The stages a report reads per variant, in the order it reads them; a tune's trials are read
-# through its tune record, never on their own.
-REPORTED_KINDS = ("convert", "bench", "eval", "capacity", "tune")
-# Measured under a workload (prompt and output lengths, load profile, SLO): two records of
-# different workloads are two results, never one mixed from whichever is newest.
-MEASURED_KINDS = ("capacity", "tune")
-# The stage kinds whose result files `quantkit runs import` stores.
-IMPORTABLE_KINDS = ("bench", "eval", "capacity")
+import importlib
+from dataclasses import dataclass
+from typing import Any
+
+from ..registry import Registry
 
 RESULT_KIND_PREFIX = "quantkit."
+
+
+@dataclass(frozen=True)
+class StageKind:
+    name: str
+    result: str  # "module:attr" of the result model
+    reported: bool = False
+    measured: bool = False
+    importable: bool = False
+    points: bool = False
+
+    @property
+    def result_kind(self) -> str:
+        return RESULT_KIND_PREFIX + self.name
+
+    def result_model(self) -> Any:
+        return _load(self.result)
+
+
+def _load(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+# The order is the report's reading order; it is stored nowhere.
+KINDS: dict[str, StageKind] = {k.name: k for k in (
+    StageKind("convert", "quantkit.checkpoint:ConvertRecord", reported=True),
+    StageKind("bench", "quantkit.measure.bench:BenchRun", reported=True, importable=True, points=True),
+    StageKind("eval", "quantkit.evals.results:EvalRun", reported=True, importable=True),
+    StageKind("capacity", "quantkit.measure.capacity:CapacityResult", reported=True, measured=True,
+              importable=True, points=True),
+    StageKind("tune", "quantkit.measure.tune:TuneResult", reported=True, measured=True),
+    StageKind("trial", "quantkit.measure.tune:Trial"),
+)}
+
+# Every kind a record may have; only membership is checked.
+STAGE_KINDS = tuple(KINDS)
+# The stages a report reads per variant, in the order it reads them.
+REPORTED_KINDS = tuple(k.name for k in KINDS.values() if k.reported)
+# Measured under a workload: compared within one workload only.
+MEASURED_KINDS = tuple(k.name for k in KINDS.values() if k.measured)
+# The stage kinds whose result files `quantkit runs import` stores.
+IMPORTABLE_KINDS = tuple(k.name for k in KINDS.values() if k.importable)
+# The stage kinds whose records carry bench points.
+POINT_KINDS = tuple(k.name for k in KINDS.values() if k.points)
+
+
+def stage_kind(name: str) -> StageKind:
+    """The entry of a stage kind; ValueError for a name that is none."""
+    try:
+        return KINDS[name]
+    except KeyError:
+        raise ValueError(f"unknown record kind {name!r}") from None
 
 
 def result_kind(kind: str) -> str:
@@ -31,3 +89,5 @@ def result_kind(kind: str) -> str:
 
 # A result file's JSON `kind` -> the stage kind it is stored as, for the importable ones.
 IMPORTABLE_RESULTS = {result_kind(kind): kind for kind in IMPORTABLE_KINDS}
+# Result files `quantkit runs import` accepts: their `kind` -> the schema that validates them.
+RESULT_SCHEMAS = Registry("result kind", {KINDS[kind].result_kind: KINDS[kind].result for kind in IMPORTABLE_KINDS})

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit.registry import RESULT_SCHEMAS
 from quantkit.store import Store, run_key
-from quantkit.store.kinds import (IMPORTABLE_KINDS, IMPORTABLE_RESULTS, MEASURED_KINDS, REPORTED_KINDS, STAGE_KINDS,
-                                  result_kind)
+from quantkit.store.kinds import (IMPORTABLE_KINDS, IMPORTABLE_RESULTS, KINDS, MEASURED_KINDS, POINT_KINDS, REPORTED_KINDS,
+                                  RESULT_SCHEMAS, STAGE_KINDS, result_kind, stage_kind)
 
 
 def test_every_named_subset_is_a_stage_kind():
@@ -33,3 +32,26 @@ def test_the_store_records_each_stage_kind_and_refuses_any_other(tmp_path):
         assert sorted(r.kind for r in store.records()) == sorted(STAGE_KINDS)
         with pytest.raises(ValueError, match="unknown record kind 'report'"):
             store.begin(run_key("report", x=1), "report", "m", "baseline", {})
+
+
+def test_the_registry_derives_the_named_subsets_as_they_were():
+    assert STAGE_KINDS == tuple(KINDS) and set(STAGE_KINDS) == {"convert", "bench", "eval", "tune", "capacity", "trial"}
+    assert REPORTED_KINDS == ("convert", "bench", "eval", "capacity", "tune")  # the report's reading order
+    assert MEASURED_KINDS == ("capacity", "tune")
+    assert IMPORTABLE_KINDS == ("bench", "eval", "capacity")
+    assert POINT_KINDS == ("bench", "capacity")
+    for name, entry in KINDS.items():
+        assert entry.name == name and stage_kind(name) is entry and entry.result_kind == result_kind(name)
+    with pytest.raises(ValueError, match="unknown record kind 'report'"):
+        stage_kind("report")
+
+
+def test_every_kind_s_result_model_resolves_and_carries_its_kind():
+    from pydantic import BaseModel
+
+    for entry in KINDS.values():
+        model = entry.result_model()
+        assert isinstance(model, type) and issubclass(model, BaseModel), entry.name
+        if "kind" in model.model_fields:  # a trial is stored as its Trial, which names no kind
+            assert model.model_fields["kind"].default == entry.result_kind, entry.name
+
