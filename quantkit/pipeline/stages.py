@@ -28,6 +28,8 @@ from ..errors import BackendError, QuantkitError, UsageError
 from ..models import ResolvedModel
 from ..recipe import MethodEntry, RunRecipe
 from ..store import Store, run_key
+from ..store.kinds import stage_kind
+from .measures import capacity_key
 
 
 class StageOutcome(BaseModel):
@@ -86,27 +88,14 @@ def convert_key(ctx: RunContext, entry: MethodEntry) -> str:
     return run_key("convert", source=ctx.model.fingerprint(), recipe=entry.quant_recipe().canonical(), **ctx.common)
 
 
+# The measurements of a lane's one server, in the order they run (each kind's runner: measures.py)
+MEASURE_ORDER = ("capacity", "bench", "eval")
+
+
 def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
     """(kind, key) of the measurement stages the recipe asks for, in the order they run."""
-    plan, serve = ctx.plan, ctx.plan.serve.model_dump()
-    stages = []
-    if plan.slo is not None:
-        stages.append(("capacity", capacity_key(ctx, fingerprint)))
-    if plan.bench is not None:
-        stages.append(("bench", run_key("bench", checkpoint=fingerprint, bench=plan.bench.model_dump(),
-                                         serve=serve, vllm=ctx.vllm, **ctx.common)))
-    if plan.eval is not None:
-        # `grow` changes what happens after the eval, not its result: not part of its key
-        stages.append(("eval", run_key("eval", checkpoint=fingerprint, eval=plan.eval.model_dump(exclude={"grow"}),
-                                       serve=serve, vllm=ctx.vllm, **ctx.common)))
-    return stages
-
-
-def capacity_key(ctx: RunContext, fingerprint: str) -> str:
-    # an empty span is left out, so that stores written before spans keep their keys (and resume)
-    settings = ctx.plan.capacity.model_dump(exclude=set() if ctx.plan.capacity.span else {"span"})
-    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=settings,
-                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+    runners = [stage_kind(kind).load_runner() for kind in MEASURE_ORDER]
+    return [(m.kind, m.key(ctx, fingerprint)) for m in runners if m.wanted(ctx.plan)]
 
 
 def run_lane(ctx: RunContext, lane: Lane, store: Store, summary: RunSummary) -> None:
@@ -223,41 +212,12 @@ def measure_stages(ctx: RunContext, label: str, folder: Path, store: Store, summ
 
 def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: Store,
              summary: RunSummary) -> None:
-    plan = ctx.plan
-    # the fingerprint ties a measurement to the exact weights; the gates travel with the eval so
-    # that `quantkit push` can apply the recipe's own gates later
-    settings = {"bench": plan.bench, "eval": plan.eval, "capacity": plan.capacity}[kind]
-    params = {"checkpoint": str(folder), "fingerprint": checkpoint.fingerprint(folder),
-              "serve": plan.serve.model_dump(), kind: settings.model_dump()}
-    if kind == "capacity":
-        params["slo"] = plan.slo
-    if kind == "eval":
-        params["gates"] = plan.gates.model_dump()
+    measure = stage_kind(kind).load_runner()
+    params = measure.params(ctx.plan, folder, checkpoint.fingerprint(folder))
     t0 = time.monotonic()
     try:
         with store.stage(key, kind, ctx.model.name, label, params) as rec:
-            if kind == "capacity":
-                from ..measure.capacity import run_capacity
-
-                result = run_capacity(server, folder, plan.slo_object(), plan.capacity, label=label,
-                                      on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
-                rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
-            elif kind == "bench":
-                from ..measure.bench import run_bench
-
-                b = plan.bench
-                result = run_bench(server, folder, concurrency=b.concurrency, input_len=b.input_len,
-                                   output_len=b.output_len, num_prompts=b.num_prompts, seed=b.seed,
-                                   warmup_requests=b.warmup,
-                                   on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
-                rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
-            else:
-                from ..evals.run import prepare_eval, run_eval
-
-                e = plan.eval
-                result = run_eval(server, prepare_eval(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot,
-                                                       num_concurrent=e.num_concurrent))
-                rec.finish(result.model_dump(mode="json"), result.results_file)
+            measure.run(ctx.plan, server, folder, label, rec)
         status, error = "done", None
     except QuantkitError as exc:
         status, error = "failed", exc.one_line()

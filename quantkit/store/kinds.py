@@ -16,6 +16,9 @@ records hold and who reads them:
   names its kind in its JSON `kind` field as `quantkit.<kind>` (`result_kind`), and
   `RESULT_SCHEMAS` validates each;
 - `points`: its records store the bench points measured on the way (`Store.add_point`);
+- `runner`: for a measurement `quantkit run` makes on a lane's one shared server, the
+  `"module:attr"` of its runner there (pipeline/measures.py), which builds its run key, its params
+  and its result; None for the stages the pipeline runs otherwise (convert, tune, trial).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class StageKind:
     measured: bool = False
     importable: bool = False
     points: bool = False
+    runner: str | None = None  # "module:attr" of its runner on a lane's server
 
     @property
     def result_kind(self) -> str:
@@ -44,6 +48,11 @@ class StageKind:
 
     def result_model(self) -> Any:
         return _load(self.result)
+
+    def load_runner(self) -> Any:
+        if self.runner is None:
+            raise ValueError(f"stage kind {self.name!r} is not measured on a lane's server")
+        return _load(self.runner)
 
 
 def _load(target: str) -> Any:
@@ -54,10 +63,12 @@ def _load(target: str) -> Any:
 # The order is the report's reading order; it is stored nowhere.
 KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("convert", "quantkit.checkpoint:ConvertRecord", reported=True),
-    StageKind("bench", "quantkit.measure.bench:BenchRun", reported=True, importable=True, points=True),
-    StageKind("eval", "quantkit.evals.results:EvalRun", reported=True, importable=True),
+    StageKind("bench", "quantkit.measure.bench:BenchRun", reported=True, importable=True, points=True,
+              runner="quantkit.pipeline.measures:BENCH"),
+    StageKind("eval", "quantkit.evals.results:EvalRun", reported=True, importable=True,
+              runner="quantkit.pipeline.measures:EVAL"),
     StageKind("capacity", "quantkit.measure.capacity:CapacityResult", reported=True, measured=True,
-              importable=True, points=True),
+              importable=True, points=True, runner="quantkit.pipeline.measures:CAPACITY"),
     StageKind("tune", "quantkit.measure.tune:TuneResult", reported=True, measured=True),
     StageKind("trial", "quantkit.measure.tune:Trial"),
 )}

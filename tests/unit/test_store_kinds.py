@@ -55,3 +55,115 @@ def test_every_kind_s_result_model_resolves_and_carries_its_kind():
         if "kind" in model.model_fields:  # a trial is stored as its Trial, which names no kind
             assert model.model_fields["kind"].default == entry.result_kind, entry.name
 
+
+def test_every_measurement_on_a_lane_s_server_has_a_runner_of_its_kind():
+    from quantkit.pipeline.stages import MEASURE_ORDER
+
+    with_runner = {name for name, entry in KINDS.items() if entry.runner}
+    assert set(MEASURE_ORDER) == with_runner
+    for name in with_runner:
+        assert KINDS[name].load_runner().kind == name
+    with pytest.raises(ValueError, match="not measured"):
+        KINDS["tune"].load_runner()
+
+
+def test_measurement_keys_and_params_are_what_they_were(tmp_path):
+    """Run keys decide resume: the registry's runners must build the keys (and params) the
+    pipeline built before them, or every stored measurement would be redone."""
+    from quantkit.pipeline.stages import RunContext, measure_keys
+    from quantkit.recipe import RunRecipe
+
+    for span in ([], ["ttft_p95=2"]):
+        plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", capacity={"span": span})
+        common = {"hardware": "h", "quantkit": "0"}
+        ctx = RunContext(plan=plan, model=None, force=False, vllm="0.32.0", common=common)
+        serve = plan.serve.model_dump()
+        cap = plan.capacity.model_dump(exclude=set() if span else {"span"})
+        assert measure_keys(ctx, "fp") == [
+            ("capacity", run_key("capacity", checkpoint="fp", slo=plan.slo, capacity=cap, serve=serve, vllm="0.32.0",
+                                 **common)),
+            ("bench", run_key("bench", checkpoint="fp", bench=plan.bench.model_dump(), serve=serve, vllm="0.32.0",
+                              **common)),
+            ("eval", run_key("eval", checkpoint="fp", eval=plan.eval.model_dump(exclude={"grow"}), serve=serve,
+                             vllm="0.32.0", **common)),
+        ]
+    plan = RunRecipe(name="t", model="m", bench=None)
+    ctx = RunContext(plan=plan, model=None, force=False, vllm="v")
+    assert [kind for kind, _ in measure_keys(ctx, "fp")] == ["eval"]  # no slo: no capacity; no bench
+    base = {"checkpoint": str(tmp_path), "fingerprint": "fp", "serve": plan.serve.model_dump()}
+    runner = stage_kind("eval").load_runner()
+    assert runner.params(plan, tmp_path, "fp") == {**base, "eval": plan.eval.model_dump(),
+                                                    "gates": plan.gates.model_dump()}
+    plan = RunRecipe(name="t", model="m", slo="ttft_p95=1")
+    assert stage_kind("capacity").load_runner().params(plan, tmp_path, "fp") == {
+        **base, "capacity": plan.capacity.model_dump(), "slo": plan.slo}
+    assert stage_kind("bench").load_runner().params(plan, tmp_path, "fp") == {**base, "bench": plan.bench.model_dump()}
+
+
+class _Result:
+    def __init__(self, kind, **fields):
+        self.fields, self.path, self.results_file = {"kind": f"quantkit.{kind}", **fields}, f"/r/{kind}.json", f"/r/{kind}.json"
+
+    def model_dump(self, mode=None, exclude=None):
+        return dict(self.fields)
+
+
+def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_did(tmp_path, monkeypatch):
+    from contextlib import contextmanager
+
+    from quantkit.pipeline.stages import RunContext, RunSummary, measure_stages
+    from quantkit.recipe import RunRecipe
+
+    @contextmanager
+    def no_server(folder, serve):
+        yield "server"
+
+    class P:
+        def __init__(self, n):
+            self.n = n
+
+        def model_dump(self, mode=None):
+            return {"n": self.n}
+
+    calls = []
+
+    def fake_capacity(server, folder, slo, settings, label, on_point):
+        calls.append(("capacity", server, label, str(slo is not None)))
+        on_point(P(1))
+        return _Result("capacity", capacity={"req_s": 1.0})
+
+    def fake_bench(server, folder, *, concurrency, input_len, output_len, num_prompts, seed, warmup_requests, on_point):
+        calls.append(("bench", server, tuple(concurrency), input_len))
+        on_point(P(2))
+        on_point(P(3))
+        return _Result("bench")
+
+    def fake_eval(server, prepared):
+        calls.append(("eval", server, prepared))
+        return _Result("eval")
+
+    monkeypatch.setattr("quantkit.serve.server.VLLMServer", no_server)
+    monkeypatch.setattr("quantkit.measure.capacity.run_capacity", fake_capacity)
+    monkeypatch.setattr("quantkit.measure.bench.run_bench", fake_bench)
+    monkeypatch.setattr("quantkit.evals.run.run_eval", fake_eval)
+    monkeypatch.setattr("quantkit.evals.run.prepare_eval", lambda folder, tasks, **k: f"prepared {tasks}")
+    monkeypatch.setattr("quantkit.checkpoint.fingerprint", lambda folder: "fp")
+    plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", bench={"concurrency": [1, 2], "input_len": 16},
+                     eval={"tasks": "arc_easy", "limit": 4})
+    model = type("M", (), {"name": "m", "path": tmp_path})()
+    ctx = RunContext(plan=plan, model=model, force=False, vllm="v")
+    summary = RunSummary(recipe="t", model="m")
+    with Store(tmp_path / "results.db") as store:
+        measure_stages(ctx, "baseline", tmp_path, store, summary)
+        records = {r.kind: r for r in store.records()}
+        points = {kind: len(store.points(r.id)) for kind, r in records.items()}
+    assert [c[0] for c in calls] == ["capacity", "bench", "eval"] and all(c[1] == "server" for c in calls)
+    assert calls[1][2:] == ((1, 2), 16) and calls[2][2] == "prepared arc_easy"
+    assert [(o.kind, o.status) for o in summary.outcomes] == [("capacity", "done"), ("bench", "done"), ("eval", "done")]
+    base = {"checkpoint": str(tmp_path), "fingerprint": "fp", "serve": plan.serve.model_dump()}
+    assert records["capacity"].params == {**base, "capacity": plan.capacity.model_dump(), "slo": plan.slo}
+    assert records["bench"].params == {**base, "bench": plan.bench.model_dump()}
+    assert records["eval"].params == {**base, "eval": plan.eval.model_dump(), "gates": plan.gates.model_dump()}
+    assert {k: r.result["kind"] for k, r in records.items()} == {k: f"quantkit.{k}" for k in records}
+    assert all(r.status == "done" and r.result_path == f"/r/{k}.json" for k, r in records.items())
+    assert points == {"capacity": 1, "bench": 2, "eval": 0}

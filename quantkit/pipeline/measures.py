@@ -1,0 +1,96 @@
+"""The measurements `quantkit run` makes on a lane's one server, one `Measure` per stage kind.
+
+Each is named by its stage kind's `runner` (store/kinds.py) and says, for a recipe: whether the
+recipe asks for it (`wanted`), its run key (`key`), what its record's params hold beyond the
+checkpoint, its fingerprint, the serving configuration and its own settings (`extra`), and how it
+runs on a started server and finishes its record (`run`). stages.py runs them in `MEASURE_ORDER`.
+
+A run key is a hash of everything that defines the result: the checkpoint's fingerprint, the
+stage's settings, the serving knobs, the vLLM version and the hardware. Changing what goes into
+one changes every stored key of that kind (and resume then redoes it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..store import run_key
+
+if TYPE_CHECKING:
+    from ..recipe import RunRecipe
+    from ..store import StageHandle
+    from .stages import RunContext
+
+
+@dataclass(frozen=True)
+class Measure:
+    kind: str
+    wanted: Callable[["RunRecipe"], bool]
+    key: Callable[["RunContext", str], str]
+    extra: Callable[["RunRecipe"], dict[str, Any]]
+    run: Callable[["RunRecipe", Any, Path, str, "StageHandle"], None]
+
+    def settings(self, plan: "RunRecipe"):
+        """The recipe's settings of this stage (its key in the recipe is the kind's name)."""
+        return getattr(plan, self.kind)
+
+    def params(self, plan: "RunRecipe", folder: Path, fingerprint: str) -> dict[str, Any]:
+        """The record's params: the fingerprint ties a measurement to the exact weights."""
+        return {"checkpoint": str(folder), "fingerprint": fingerprint, "serve": plan.serve.model_dump(),
+                self.kind: self.settings(plan).model_dump(), **self.extra(plan)}
+
+
+def capacity_key(ctx: "RunContext", fingerprint: str) -> str:
+    # an empty span is left out, so that stores written before spans keep their keys (and resume)
+    settings = ctx.plan.capacity.model_dump(exclude=set() if ctx.plan.capacity.span else {"span"})
+    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=settings,
+                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+
+
+def _bench_key(ctx: "RunContext", fingerprint: str) -> str:
+    return run_key("bench", checkpoint=fingerprint, bench=ctx.plan.bench.model_dump(),
+                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+
+
+def _eval_key(ctx: "RunContext", fingerprint: str) -> str:
+    # `grow` changes what happens after the eval, not its result: not part of its key
+    return run_key("eval", checkpoint=fingerprint, eval=ctx.plan.eval.model_dump(exclude={"grow"}),
+                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+
+
+def _run_capacity(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:
+    from ..measure.capacity import run_capacity
+
+    result = run_capacity(server, folder, plan.slo_object(), plan.capacity, label=label,
+                          on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
+    rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+
+
+def _run_bench(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:
+    from ..measure.bench import run_bench
+
+    b = plan.bench
+    result = run_bench(server, folder, concurrency=b.concurrency, input_len=b.input_len, output_len=b.output_len,
+                       num_prompts=b.num_prompts, seed=b.seed, warmup_requests=b.warmup,
+                       on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
+    rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+
+
+def _run_eval(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:
+    from ..evals.run import prepare_eval, run_eval
+
+    e = plan.eval
+    result = run_eval(server, prepare_eval(folder, e.tasks, limit=e.limit, num_fewshot=e.num_fewshot,
+                                           num_concurrent=e.num_concurrent))
+    rec.finish(result.model_dump(mode="json"), result.results_file)
+
+
+CAPACITY = Measure("capacity", wanted=lambda plan: plan.slo is not None, key=capacity_key,
+                   extra=lambda plan: {"slo": plan.slo}, run=_run_capacity)
+BENCH = Measure("bench", wanted=lambda plan: plan.bench is not None, key=_bench_key,
+                extra=lambda plan: {}, run=_run_bench)
+# the gates travel with the eval so that `quantkit push` can apply the recipe's own gates later
+EVAL = Measure("eval", wanted=lambda plan: plan.eval is not None, key=_eval_key,
+               extra=lambda plan: {"gates": plan.gates.model_dump()}, run=_run_eval)
