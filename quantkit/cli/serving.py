@@ -183,7 +183,9 @@ def _num(x: float) -> str:
 
 
 def _point_row(p) -> list[str]:
-    load = f"c={p.concurrency}" if p.profile == "concurrency" else f"{p.rate:g}/s"
+    from ..measure.load_kinds import kind
+
+    load = kind(p.profile).text(p, "short")
     slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
     return [
         load + (" partial" if p.partial else "") + ("*" if p.client_limited else ""),

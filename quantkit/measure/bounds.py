@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import load_kinds
+
 KV_FULL = 0.90  # KV-cache usage at or above which the cache is the limit
 QUEUED = 1.0  # mean waiting requests at or above which requests queued through the point
 STEP_FULL = 0.70  # tokens per engine step / --max-num-batched-tokens at or above which steps ran full
@@ -158,5 +160,5 @@ def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, 
     for index in (ceiling_index, capacity_index):
         if index is not None and 0 <= index < len(points):
             p = points[index]
-            return classify(p, serve_config, load=p.get("concurrency") if p.get("profile") == "concurrency" else p.get("rate"))
+            return classify(p, serve_config, load=load_kinds.kind(p.get("profile")).load_of(p))
     return None

@@ -24,7 +24,7 @@ import itertools
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import Any, Callable
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -36,6 +36,7 @@ from ..serve.server import Server, ServerInfo
 from .bench import checkpoint_info, measure_point, results_dir, stamp
 from .bounds import CapacityBound, classify_capacity
 from .gpu import open_gpus
+from . import load_kinds
 from .loadgen import Target, warmup
 from .metrics import PointMonitor, Scrape, slope
 from .point import BenchPoint, RequestResult, percentile
@@ -65,7 +66,7 @@ class CapacitySettings(BaseModel):
 
     model_config = {"extra": "forbid"}
 
-    profile: Literal["poisson", "concurrency", "burst"] = "poisson"
+    profile: profiles.Name = "poisson"
     tolerance: float = Field(0.10, gt=0, lt=4)
     start: float = Field(1, gt=0)  # lowest load
     max: float = Field(1024, gt=0)  # highest load
@@ -175,7 +176,7 @@ class CapacityResult(BaseModel):
         if self.search and self.search.ceiling and self.search.reason == "bracketed":
             undecided = self.search.ceiling in self.search.undecided
             ceiling = f", {'undecided' if undecided else 'breaks'} at {profile.label(self.search.ceiling)}"
-        little = (f", {c.concurrency:.0f} in flight" if profile.axis == "rate" and c.concurrency is not None else "")
+        little = (f", {c.concurrency:.0f} in flight" if profile.kind.open_loop and c.concurrency is not None else "")
         return (f"capacity {load}{more}{ceiling}: {c.req_s:.2f} req/s{little}, {c.output_tok_s:.0f} output tok/s "
                 f"within {self.slo} ({self.points_spent} points" + (f"; bound: {self.bound.kind}" if self.bound else "")
                 + ")")
@@ -252,7 +253,7 @@ class EarlyStop:
         decided = _decided_fail(self.slo, finished, self.total, self.output_len)
         if decided:
             return decided
-        if self.profile == "rate":  # a fixed concurrency cannot queue without bound
+        if load_kinds.kind(self.profile).open_loop:  # a fixed concurrency cannot queue without bound
             return oversaturated(self.monitor.series() if self.monitor else [], finished)
         return None
 
@@ -340,11 +341,11 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
 
     def search(measure: Callable[[float], Verdict], start: float | None) -> CapacitySearch:
         return search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
-                               integer=profile.axis == "concurrency", start=start,
+                               integer=profile.kind.integer, start=start,
                                max_growth=STEADY_GROWTH if profile.steady else 8.0)
 
     try:
-        if start is None and profile.axis == "rate":  # begin near 4 requests in flight, not at the range's floor
+        if start is None and profile.kind.open_loop:  # begin near 4 requests in flight, not at the range's floor
             start = min(settings.max, max(settings.start, float(f"{4.0 / request_s:.3g}")))
         found = search(lambda load: verdict_of(measure_at(load, slo), slo), start)
         for name, extra in spans:  # the main SLO's answer is `found`, whatever points the spans add
@@ -409,7 +410,7 @@ def _index_of(points: list[BenchPoint], load: float | None, axis: str) -> int | 
     if load is None:
         return None
     for i, p in enumerate(points):
-        if (p.concurrency if axis == "concurrency" else p.rate) == load:
+        if load_kinds.kind(axis).load_of(p) == load:
             return i
     return None
 
@@ -423,7 +424,7 @@ def finish(result: CapacityResult, search: CapacitySearch) -> CapacityResult:
     if cap_i is not None:
         p = result.points[cap_i]
         in_flight = None
-        if axis == "rate":  # Little's law: the mean number of requests in the server
+        if load_kinds.kind(axis).open_loop:  # Little's law: the mean number of requests in the server
             in_flight = p.window.in_flight_mean if p.window and p.window.in_flight_mean is not None else (
                 p.req_s * p.e2e.mean if p.e2e is not None else None)
         result.capacity = CapacityFigures(

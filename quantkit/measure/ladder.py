@@ -66,7 +66,7 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
                          "MODEL --capacity --capacity-profile poisson")
     window = result.window or profiles.default_window(gpu=False)
     steps = sorted((judge_step(p, slo, window) for p in points), key=lambda s: s.load)
-    coverage, capacity, ceiling = cover(steps, settings.tolerance, profile.axis == "concurrency")
+    coverage, capacity, ceiling = cover(steps, settings.tolerance, profile.kind.integer)
     search = CapacitySearch(
         capacity=capacity, ceiling=ceiling, tolerance=settings.tolerance, lo=steps[0].load, hi=steps[-1].load,
         reason={"bracketed": "bracketed", "coarse": "bracketed", "above": "max_reached"}.get(
@@ -122,4 +122,4 @@ def _note(coverage: Coverage, steps: list[LadderStep], capacity: float | None, c
 
 def _lower(load: float, profile: profiles.Profile) -> float:
     low = load / 4
-    return max(1.0, float(round(low))) if profile.axis == "concurrency" else float(f"{low:.3g}")
+    return max(1.0, float(round(low))) if profile.kind.integer else float(f"{low:.3g}")

@@ -13,6 +13,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from . import load_kinds
+
 SCHEMA_VERSION = 1
 METRICS = ("ttft", "itl", "tpot", "e2e")
 STATS = ("mean", "p50", "p90", "p95", "p99")
@@ -263,7 +265,7 @@ class BenchPoint(BaseModel):
 
     @property
     def x(self) -> float:
-        return float(self.concurrency if self.profile == "concurrency" else self.rate)
+        return float(load_kinds.kind(self.profile).load_of(self))
 
 
 def summarize(results: list[RequestResult], duration: float, *, profile: str, concurrency: int | None,

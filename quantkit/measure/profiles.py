@@ -11,6 +11,10 @@
   comparison with records measured that way (quantkit's capacity before steady-state windows), and
   labelled `burst` wherever it appears.
 
+Each entry says what the rest of quantkit asks of a profile: its points' kind of load (`axis`, a
+load_kinds.LoadKind: whole concurrencies or rates, open loop or closed), whether it is a steady
+state, how a load of it reads, how it is described. Adding a profile is one entry here.
+
 A profile turns a load into a `PointPlan`: how many prompts to prepare, the point's concurrency or
 rate, its streams' ramp and its window settings (None for a burst).
 """
@@ -21,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from .load_kinds import KINDS, LoadKind
 from .point import WindowSettings
 
 
@@ -62,6 +67,18 @@ class Profile:
     steady: bool  # measured as a steady-state window
     unit: str  # how a load of this profile reads: "{load} req/s offered", "c={load}"
     describe: str
+    sent_as: str  # how the model card says the load was sent
+    suffix: str = ""  # after a point's load wherever a point of this profile is named: " (burst)"
+    workload: str | None = None  # after a workload's lengths (None: ", NAME profile")
+
+    @property
+    def kind(self) -> LoadKind:
+        """Its points' kind of load (load_kinds.py)."""
+        return KINDS[self.axis]
+
+    @property
+    def workload_text(self) -> str:
+        return f", {self.name} profile" if self.workload is None else self.workload
 
     def label(self, load: float) -> str:
         return self.unit.format(load=f"{load:g}")
@@ -76,10 +93,10 @@ class Profile:
             n = min(n, settings.max_requests) if settings.max_requests else n
             return PointPlan(n, int(load), None, 0.0, None)
         # requests per second the point sends: its rate, or C streams of (at least) idle requests
-        per_s = float(load) if self.axis == "rate" else int(load) / max(request_s, 1e-3)
+        per_s = float(load) if self.kind.open_loop else int(load) / max(request_s, 1e-3)
         window = stretched(window, needed, per_s)
         horizon = window.warmup_s + window.max_s + max(window.max_s / 3, 1.5 * request_s) + 2.0
-        if self.axis == "rate":
+        if self.kind.open_loop:
             n = math.ceil(load * horizon) + 8
             return PointPlan(min(n, settings.max_requests or n), None, float(load), 0.0, window)
         # a closed loop of C streams sends at most C requests per idle request duration
@@ -91,11 +108,15 @@ class Profile:
 
 PROFILES: dict[str, Profile] = {
     "poisson": Profile("poisson", "rate", True, "{load} req/s offered",
-                       "open-loop Poisson arrivals (MLPerf Server), steady-state windows"),
+                       "open-loop Poisson arrivals (MLPerf Server), steady-state windows",
+                       sent_as="open-loop Poisson arrivals", workload=""),
     "concurrency": Profile("concurrency", "concurrency", True, "c={load}",
-                           "closed loop of C streams with a staggered start, steady-state windows"),
+                           "closed loop of C streams with a staggered start, steady-state windows",
+                           sent_as="a closed loop of staggered streams"),
     "burst": Profile("burst", "concurrency", False, "c={load} (burst)",
-                     "waves of C prompts sent at once: a prefill burst, not a steady state"),
+                     "waves of C prompts sent at once: a prefill burst, not a steady state",
+                     sent_as="waves of C prompts sent at once", suffix=" (burst)",
+                     workload=", burst profile (c prompts at once: not a steady state)"),
 }
 
 
@@ -107,8 +128,18 @@ def stretched(window: WindowSettings, needed: int, per_s: float) -> WindowSettin
     return window.model_copy(update={"max_s": round(min(span, STRETCH_MAX * window.max_s), 1)})
 
 
+def canonical(name: str) -> str:
+    """A profile's name as the registry has it (an alias, `rate`, is the profile it became)."""
+    return ALIASES.get(name, name)
+
+
 def get(name: str) -> Profile:
-    return PROFILES[ALIASES.get(name, name)]
+    return PROFILES[canonical(name)]
+
+
+def find(name: str | None) -> Profile | None:
+    """The profile `name` names, or None for a name the registry does not know (a stored record's)."""
+    return PROFILES.get(canonical(name)) if isinstance(name, str) else None
 
 
 def default_window(gpu: bool) -> WindowSettings:

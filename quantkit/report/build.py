@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import UsageError
 from ..evals.gates import overall_verdict
+from ..measure import load_kinds
 from ..serve.config import args_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
@@ -107,7 +108,7 @@ class Point(BaseModel):
 
     @property
     def load(self) -> str:
-        return f"c={self.concurrency}" if self.profile == "concurrency" else f"rate={self.rate:g}/s"
+        return load_kinds.kind(self.profile).text(self, "label")
 
 
 class TaskScore(BaseModel):
@@ -276,14 +277,12 @@ def _top_point(points: list[Point], knee: Any, capacity: CapacityCell | None = N
                capacity_points: list[Point] | None = None) -> tuple[Point | None, str | None]:
     if capacity is not None and capacity.load is not None:
         for p in capacity_points or []:
-            if (p.concurrency if p.profile == "concurrency" else p.rate) == capacity.load and p.successes:
+            if load_kinds.kind(p.profile).load_of(p) == capacity.load and p.successes:
                 return p, "capacity"
     ok = [p for p in points if p.successes > 0]
     if knee is not None and knee.knee is not None:
         for p in ok:
-            if p.profile == "concurrency" and p.concurrency == knee.knee:
-                return p, "knee"
-            if p.profile == "rate" and p.rate == knee.knee:
+            if p.profile in load_kinds.KINDS and load_kinds.kind(p.profile).load_of(p) == knee.knee:
                 return p, "knee"
     if not ok:
         return None, None

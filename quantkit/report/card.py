@@ -23,6 +23,7 @@ from ..evals.gates import RecoveryReport
 from ..evals.results import EvalRun
 from ..measure.bench import BenchRun
 from ..measure.capacity import CapacityResult
+from ..measure import load_kinds
 from ..measure.point import BenchPoint, Stats
 from ..measure.tune import TuneResult
 from ..serve.server import ServerInfo
@@ -378,7 +379,7 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
         head += " TTFT p50 / p95 (ms) | ITL p50 / p95 (ms) | E2E p50 (s) |"
         out += ["", head, "|" + "---|" * (head.count("|") - 1)]
         for p in points:
-            load = f"concurrency {p.concurrency}" if p.profile == "concurrency" else f"rate {p.rate}/s"
+            load = load_kinds.kind(p.profile).text(p, "phrase")
             cells = [load, f"{fmt_str(p.num_requests, missing=MISSING)} ({fmt_str(p.failures, missing=MISSING)})",
                      fmt(p.output_tok_s, missing=MISSING)]
             if base_points:
@@ -483,7 +484,7 @@ def _operating_point(points: list[BenchPoint], bench: BenchRun) -> str | None:
     if chosen is None:
         chosen = max(ok, key=lambda p: (p.concurrency or 0, p.rate or 0))
         why = "the highest load measured (no knee was searched)"
-    load = f"concurrency {chosen.concurrency}" if chosen.profile == "concurrency" else f"{chosen.rate} requests/s"
+    load = load_kinds.kind(chosen.profile).text(chosen, "sentence")
     return (f"Operating point ({why}): {load}, {fmt(chosen.output_tok_s, missing=MISSING)} output tok/s, "
             f"TTFT p95 {fmt_ms(_quantiles(chosen.ttft, 'p95'), missing=MISSING)} ms, "
             f"ITL p95 {fmt_ms(_quantiles(chosen.itl, 'p95'), missing=MISSING)} ms.")

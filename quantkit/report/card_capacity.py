@@ -45,8 +45,7 @@ def capacity_lines(store: Store, ev: Any) -> list[str]:
                       "arrivals).", ""]
     hw = result.hardware or {}
     device = hw.get("gpu") or hw.get("cpu") or "a machine not recorded"
-    load = "open-loop Poisson arrivals" if profile.axis == "rate" else "a closed loop of staggered streams"
-    out.append(f"Measured with {load} ({s.input_len} prompt / {s.output_len} output tokens), "
+    out.append(f"Measured with {profile.sent_as} ({s.input_len} prompt / {s.output_len} output tokens), "
                f"each load a steady-state window judged at {int(round((result.window.confidence if result.window else 0.95) * 100))}% "
                f"confidence, on {device}, server flags "
                f"`{' '.join(args_of(result.server.serve_config if result.server else None)) or 'defaults'}`.")

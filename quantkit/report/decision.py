@@ -23,6 +23,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..measure import load_kinds, profiles
+
 ELIGIBLE_GATES = ("pass", "reference", "no gates")
 
 
@@ -57,7 +59,8 @@ class CapacityCell(BaseModel):
         edge = self.edge if self.edge is not None else self.ceiling
         if self.load is None or edge is None:
             return False
-        integer = self.profile in ("concurrency", "burst")  # whole concurrencies: c and c+1 is a bracket
+        profile = profiles.find(self.profile)
+        integer = profile is not None and profile.kind.integer  # whole concurrencies: c and c+1 is a bracket
         return edge > self.load * (1 + self.tolerance) + 1e-9 and not (integer and edge - self.load <= 1)
 
     @property
@@ -65,14 +68,18 @@ class CapacityCell(BaseModel):
         value = self.goodput_req_s if self.goodput_req_s is not None else self.req_s
         return float(value) if self.load is not None and value is not None else 0.0
 
+    @property
+    def steady(self) -> bool:
+        """Measured as steady-state windows: not a burst (a profile the registry does not know counts as one)."""
+        profile = profiles.find(self.profile)
+        return profile is None or profile.steady
+
     def load_text(self) -> str:
         if self.load is None:
             return "none"
-        from ..measure import profiles
-
-        known = self.profile in (*profiles.PROFILES, *profiles.ALIASES)
+        profile = profiles.find(self.profile)
         value = f"{self.load:g}" + (f"-{self.ceiling:g}" if self.coarse else "")  # a bracket wider than the tolerance
-        unit = profiles.get(self.profile).unit.format(load=value) if known else value
+        unit = profile.unit.format(load=value) if profile is not None else value
         return unit + ("+" if self.reason == "max_reached" else "")
 
 
@@ -141,8 +148,8 @@ def _edge(load: float | None, search: Any) -> float | None:
 
 
 def _where(point: Any) -> str:
-    burst = " (burst)" if point.load_profile == "burst" else ""
-    return f"c={point.concurrency}{burst}" if point.profile == "concurrency" else f"{point.rate} req/s"
+    profile = profiles.find(point.load_profile)  # a burst's points are concurrency points: "c=8 (burst)"
+    return load_kinds.kind(point.profile).text(point, "where") + (profile.suffix if profile is not None else "")
 
 
 def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",

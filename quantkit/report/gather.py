@@ -31,6 +31,7 @@ from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
 from ..evals.results import EvalRun
 from ..measure.bench import BenchRun
+from ..measure import profiles
 from ..measure.capacity import CapacityResult
 from ..store import MEASURED_KINDS, REPORTED_KINDS, Record, Store, result_kind
 from . import records
@@ -43,9 +44,7 @@ Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 def workload_from(capacity: dict[str, Any], slo: str | None) -> Workload:
     """The workload of capacity settings (as stored: `CapacitySettings.model_dump()`) under an SLO."""
     # a profile stored before profiles had names (or as `concurrency` without a window) was a burst
-    profile = capacity.get("profile", "burst")
-    if profile == "rate":
-        profile = "poisson"
+    profile = profiles.canonical(capacity.get("profile", "burst"))
     return (profile, capacity.get("input_len"), capacity.get("output_len"), slo)
 
 
@@ -59,8 +58,8 @@ def workload_of(record: Record) -> Workload | None:
 
 
 def workload_text(w: Workload) -> str:
-    profile = "" if w[0] == "poisson" else (", burst profile (c prompts at once: not a steady state)"
-                                            if w[0] == "burst" else f", {w[0]} profile")
+    known = profiles.find(w[0])
+    profile = known.workload_text if known is not None else f", {w[0]} profile"
     return f"{w[1]} in / {w[2]} out{profile} under {w[3]}"
 
 

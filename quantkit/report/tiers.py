@@ -41,7 +41,7 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
     variant has a steady-state ladder)."""
     out = []
     # steady-state capacities only: a burst is never put in one ratio with them
-    measured = {r.name: r.capacity for r in rows if r.capacity is not None and r.capacity.profile != "burst"}
+    measured = {r.name: r.capacity for r in rows if r.capacity is not None and r.capacity.steady}
     if measured:
         first = next(iter(measured.values()))
         result = TierResult(name="measured", slo=first.slo, source="the SLO the ladders were searched under",
