@@ -2,7 +2,8 @@
 
 - `Json`, `Quiet`: the output mode of every command.
 - `@serving_options`: the vLLM serving knobs (the same flags on serve, bench, tune and eval; the
-  same names as a run recipe's `serve:` keys and `--serve-arg NAME=VALUE`). The command receives
+  same names as a run recipe's `serve:` keys and `--serve-arg NAME=VALUE`), one flag per
+  serve/config.ServeConfig field, its help the field's description. The command receives
   them as one `serve: ServingOptions` argument and builds the ServeConfig inside its body, so a bad
   value is a one-line usage error like any other.
 """
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Callable, Optional
 import typer
 
 from ..console import OutputMode
+from ..serve.config import BOOL_KNOBS, KNOBS, ServeConfig, knob_type
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result (or the error) as JSON on stdout.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on success (exit code only).")]
@@ -55,23 +57,24 @@ def _opt(*names: str, help: str, default: Any = None) -> Any:
     return typer.Option(default, *names, help=help, rich_help_panel=PANEL)
 
 
-# name -> (type, option): the ServeConfig knobs as command-line flags
-KNOB_OPTIONS: dict[str, tuple[Any, Any]] = {
-    "quantization": (Optional[str], _opt("--quantization", help="vLLM --quantization (default: vLLM detects it from the checkpoint).")),
-    "gpu_memory_utilization": (Optional[float], _opt("--gpu-memory-utilization", help="Fraction of GPU memory vLLM may use (GPU only).")),
-    "max_num_seqs": (Optional[int], _opt("--max-num-seqs", help="Most sequences per scheduler step.")),
-    "max_num_batched_tokens": (Optional[int], _opt("--max-num-batched-tokens", help="Most tokens per scheduler step.")),
-    "block_size": (Optional[int], _opt("--block-size", help="KV-cache block size in tokens.")),
-    "enable_chunked_prefill": (Optional[bool], _opt("--enable-chunked-prefill/--no-enable-chunked-prefill", help="Chunked prefill (default: vLLM's).")),
-    "max_model_len": (Optional[int], _opt("--max-model-len", help="Context length the server accepts.", default=2048)),
-    "kv_cache_dtype": (Optional[str], _opt("--kv-cache-dtype", help="KV-cache dtype (auto, fp8, ...).")),
-    "tensor_parallel_size": (Optional[int], _opt("--tensor-parallel-size", help="Tensor-parallel GPUs.")),
-    "pipeline_parallel_size": (Optional[int], _opt("--pipeline-parallel-size", help="Pipeline-parallel stages.")),
-    "distributed_executor_backend": (Optional[str], _opt("--distributed-executor-backend", help="mp, ray (multi-node), uni.")),
-    "load_format": (Optional[str], _opt("--load-format", help="vLLM --load-format (dummy: random weights, for speed work).")),
-    "enforce_eager": (Optional[bool], _opt("--enforce-eager/--no-enforce-eager", help="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")),
-    "serve_arg": (Optional[list[str]], _opt("--serve-arg", "--serve", help="Any other `vllm serve` flag as NAME=VALUE (or NAME); repeatable.")),
-}
+def _knob_option(name: str) -> tuple[Any, Any]:
+    """A ServeConfig knob as a flag: its name with dashes (a bool: `--x/--no-x`), its field's
+    description as help, its field's default (a bool's is None, not given: a command's own
+    default, eval's eager start, applies then)."""
+    field = ServeConfig.model_fields[name]
+    flag = "--" + name.replace("_", "-")
+    if name in BOOL_KNOBS:
+        return Optional[bool], _opt(f"{flag}/--no-{flag[2:]}", help=field.description)
+    return Optional[knob_type(name)], _opt(flag, help=field.description, default=field.default)
+
+
+def _knob_options() -> dict[str, tuple[Any, Any]]:
+    return {**{name: _knob_option(name) for name in KNOBS},
+            "serve_arg": (Optional[list[str]], _opt("--serve-arg", "--serve", help="Any other `vllm serve` flag as NAME=VALUE (or NAME); repeatable."))}
+
+
+# name -> (type, option): the ServeConfig knobs as command-line flags, in its fields' order
+KNOB_OPTIONS: dict[str, tuple[Any, Any]] = _knob_options()
 
 
 @dataclass
@@ -83,8 +86,6 @@ class ServingOptions:
     def config(self, **defaults: Any):
         """The ServeConfig these flags make; `defaults` fill knobs the user did not set (eval's
         server starts eager unless told otherwise)."""
-        from ..serve.config import ServeConfig
-
         knobs = {k: v for k, v in self.values.items() if k != "serve_arg"}
         return ServeConfig.from_options(self.values.get("serve_arg") or [], defaults=defaults, **knobs)
 

@@ -31,7 +31,9 @@ RUNNING_HELD = 0.90  # running mean / max at or above which the running count he
 
 BoundKind = Literal["kv_cache", "token_budget", "batch_slots", "compute", "client", "unknown"]
 
-KNOBS: dict[str, str] = {
+# a bound's advice in words (CapacityBound.knob, stored): the levers that move it, serving knobs among
+# them by their flags; not a list of knobs (that is serve/config.KNOBS, which these flags must name)
+LEVERS: dict[str, str] = {
     "kv_cache": "more KV cache: --gpu-memory-utilization (VLLM_CPU_KVCACHE_SPACE on CPU), --kv-cache-dtype fp8, "
                 "a lower --max-model-len, or more GPUs (--tensor-parallel-size)",
     "token_budget": "--max-num-batched-tokens (higher admits prompts faster: TTFT; lower keeps prefill chunks "
@@ -76,14 +78,14 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     """The bound a point (BenchPoint as JSON) shows; see the module's docstring for the rules."""
     serve_config = serve_config or {}
     if point.get("client_limited"):
-        return CapacityBound(kind="client", load=load, knob=KNOBS["client"],
+        return CapacityBound(kind="client", load=load, knob=LEVERS["client"],
                              evidence="quantkit's load generator limited this point"
                                       + (f" ({point['client_limited_reason']})" if point.get("client_limited_reason") else ""))
     sm = point.get("server_metrics")
     if not isinstance(sm, dict) or not sm.get("samples"):
-        return CapacityBound(kind="unknown", load=load, knob=KNOBS["unknown"], evidence="no /metrics readings")
+        return CapacityBound(kind="unknown", load=load, knob=LEVERS["unknown"], evidence="no /metrics readings")
     if (_get(sm.get("running"), "max") or 0) == 0 and not (sm.get("deltas") or {}).get("preemptions"):
-        return CapacityBound(kind="unknown", load=load, knob=KNOBS["unknown"],
+        return CapacityBound(kind="unknown", load=load, knob=LEVERS["unknown"],
                              evidence=f"the point ended before /metrics saw a request running ({sm.get('samples')} readings, "
                                       f"every {sm.get('interval_s')} s)")
     kv_max = _get(sm.get("kv_usage"), "max")
@@ -99,7 +101,7 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
         figures["gpu_util_mean"] = max(gpu_util)
 
     def bound(kind: BoundKind, evidence: str) -> CapacityBound:
-        return CapacityBound(kind=kind, evidence=evidence + busy, knob=KNOBS[kind], load=load, figures=figures)
+        return CapacityBound(kind=kind, evidence=evidence + busy, knob=LEVERS[kind], load=load, figures=figures)
 
     if preempted > 0 or (kv_max is not None and kv_max >= KV_FULL):
         return bound("kv_cache", f"KV cache {kv_max or 0:.0%} full at most, {preempted:.0f} preemptions")

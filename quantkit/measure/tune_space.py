@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from ..errors import UsageError, did_you_mean
 from ..machine import has_gpu
-from ..serve.config import ServeConfig
+from ..serve.config import BOOL_KNOBS, KNOBS, ServeConfig
 from ..serve.hardware_fit import kv_cache_scheme
 
 
@@ -29,7 +29,8 @@ DEFAULT_SPACE: dict[str, list[Any]] = {
 GPU_SPACE: dict[str, list[Any]] = {"gpu_memory_utilization": [None, 0.8, 0.85, 0.95],
                                    "block_size": [None, 16, 32, 64, 128]}  # CUDA attention backends: 16..128
 TUNABLE = set(DEFAULT_SPACE) | set(GPU_SPACE) | {"tensor_parallel_size", "pipeline_parallel_size", "max_model_len"}
-BOOL_KNOBS = {"enable_chunked_prefill", "enforce_eager"}
+if TUNABLE - set(KNOBS):  # the choices are this module's; the knobs, ServeConfig's fields (serve/config.py)
+    raise ImportError(f"tune knobs that are no ServeConfig knob: {sorted(TUNABLE - set(KNOBS))}")
 
 
 def resolve_space(settings: SpaceSettings, gpus: int | None = None, model_dir: Path | None = None) -> dict[str, list[Any]]:

@@ -3,6 +3,11 @@
 One model (`ServeConfig`) is used by every command that starts a server (serve, bench, tune,
 eval, run) and by run recipes' `serve:` mapping; `KNOBS` is the public list of its named knobs.
 None means "vLLM's default" and is not passed.
+
+The fields are the one list of knobs: `KNOBS`, the `vllm serve` flags, `--serve-arg` names, the
+commands' flags (cli/options.py, from each field's `description`, its help text) and the tuner's
+knob names (measure/tune_space.py, checked against KNOBS) all follow from them. Adding a knob is
+one field here.
 """
 
 from __future__ import annotations
@@ -100,19 +105,22 @@ class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", alias_generator=lambda name: name.replace("_", "-"),
                               validate_by_name=True, validate_by_alias=True)
 
-    quantization: str | None = None
-    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    max_num_seqs: int | None = Field(None, ge=1)
-    max_num_batched_tokens: int | None = Field(None, ge=1)
-    block_size: int | None = Field(None, ge=1)
-    enable_chunked_prefill: bool | None = None  # tri-state: None = vLLM's default
-    max_model_len: int | None = Field(2048, ge=1)  # vLLM's default is the model's (8192 here): KV-cache hungry on CPU
-    kv_cache_dtype: str | None = None
-    tensor_parallel_size: int | None = Field(None, ge=1)
-    pipeline_parallel_size: int | None = Field(None, ge=1)
-    distributed_executor_backend: str | None = None
-    load_format: str | None = None
-    enforce_eager: bool = False
+    # every field but `extra` is a knob; its description is its flag's help text (cli/options.py)
+    quantization: str | None = Field(None, description="vLLM --quantization (default: vLLM detects it from the checkpoint).")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Fraction of GPU memory vLLM may use (GPU only).")
+    max_num_seqs: int | None = Field(None, ge=1, description="Most sequences per scheduler step.")
+    max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per scheduler step.")
+    block_size: int | None = Field(None, ge=1, description="KV-cache block size in tokens.")
+    # tri-state: None = vLLM's default
+    enable_chunked_prefill: bool | None = Field(None, description="Chunked prefill (default: vLLM's).")
+    # vLLM's default is the model's (8192 here): KV-cache hungry on CPU
+    max_model_len: int | None = Field(2048, ge=1, description="Context length the server accepts.")
+    kv_cache_dtype: str | None = Field(None, description="KV-cache dtype (auto, fp8, ...).")
+    tensor_parallel_size: int | None = Field(None, ge=1, description="Tensor-parallel GPUs.")
+    pipeline_parallel_size: int | None = Field(None, ge=1, description="Pipeline-parallel stages.")
+    distributed_executor_backend: str | None = Field(None, description="mp, ray (multi-node), uni.")
+    load_format: str | None = Field(None, description="vLLM --load-format (dummy: random weights, for speed work).")
+    enforce_eager: bool = Field(False, description="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")
     # free-form `--serve-arg k=v`: flag name (no dashes) -> value; None = a bare flag
     extra: dict[str, str | None] = Field(default_factory=dict)
 
@@ -172,7 +180,7 @@ class ServeConfig(BaseModel):
             if field in KNOBS:
                 if field in values:
                     raise UsageError(f"--serve-arg {item} repeats --{key}; give it once")
-                values[field] = parse_bool(value) if field in ("enable_chunked_prefill", "enforce_eager") else value
+                values[field] = parse_bool(value) if field in BOOL_KNOBS else value
             else:
                 extra[key] = value
         for key, value in (defaults or {}).items():
@@ -189,21 +197,14 @@ class ServeConfig(BaseModel):
 
 
 
-KNOBS = [
-    "quantization",
-    "gpu_memory_utilization",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "block_size",
-    "enable_chunked_prefill",
-    "max_model_len",
-    "kv_cache_dtype",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "distributed_executor_backend",
-    "load_format",
-    "enforce_eager",
-]
+def knob_type(name: str) -> Any:
+    """The knob's value type without None (`max_num_seqs`: int)."""
+    kind = ServeConfig.model_fields[name].annotation
+    return next((a for a in getattr(kind, "__args__", ()) if a is not type(None)), kind)
+
+
+KNOBS: list[str] = [name for name in ServeConfig.model_fields if name != "extra"]  # in field order: the flags' order
+BOOL_KNOBS: set[str] = {name for name in KNOBS if knob_type(name) is bool}  # on/off: `--x/--no-x`, `k=on`
 
 # Flags quantkit sets itself; passing them through --serve-arg would break the server's contract.
 _RESERVED = {"host", "port", "served-model-name", "model"}
