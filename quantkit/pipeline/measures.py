@@ -14,21 +14,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..store import run_key
 
 if TYPE_CHECKING:
     from ..recipe import RunRecipe
     from ..store import StageHandle
-    from .stages import RunContext
+
+
+class KeyContext(Protocol):
+    """What a run key reads of the run (stages.RunContext; a protocol here, so that this module
+    does not import the one that runs it)."""
+
+    plan: "RunRecipe"
+    vllm: str
+    common: dict[str, Any]
 
 
 @dataclass(frozen=True)
 class Measure:
     kind: str
     wanted: Callable[["RunRecipe"], bool]
-    key: Callable[["RunContext", str], str]
+    key: Callable[["KeyContext", str], str]
     extra: Callable[["RunRecipe"], dict[str, Any]]
     run: Callable[["RunRecipe", Any, Path, str, "StageHandle"], None]
 
@@ -42,19 +50,19 @@ class Measure:
                 self.kind: self.settings(plan).model_dump(), **self.extra(plan)}
 
 
-def capacity_key(ctx: "RunContext", fingerprint: str) -> str:
+def capacity_key(ctx: "KeyContext", fingerprint: str) -> str:
     # an empty span is left out, so that stores written before spans keep their keys (and resume)
     settings = ctx.plan.capacity.model_dump(exclude=set() if ctx.plan.capacity.span else {"span"})
     return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=settings,
                    serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
 
 
-def _bench_key(ctx: "RunContext", fingerprint: str) -> str:
+def _bench_key(ctx: "KeyContext", fingerprint: str) -> str:
     return run_key("bench", checkpoint=fingerprint, bench=ctx.plan.bench.model_dump(),
                    serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
 
 
-def _eval_key(ctx: "RunContext", fingerprint: str) -> str:
+def _eval_key(ctx: "KeyContext", fingerprint: str) -> str:
     # `grow` changes what happens after the eval, not its result: not part of its key
     return run_key("eval", checkpoint=fingerprint, eval=ctx.plan.eval.model_dump(exclude={"grow"}),
                    serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
