@@ -96,6 +96,15 @@ def _score(s: TaskScore | None) -> str:
     return fmt_pm(s.value, s.stderr) if s else DASH
 
 
+def _perplexity(r) -> str:
+    """wikitext's word perplexity and, for a quantized variant, its paired recovery: a long-context
+    cost (an FP8 KV cache's) shows there and not in the short accuracy items."""
+    paired = next((s for s in r.scores if s.task.startswith("wikitext") and s.recovery is not None), None)
+    if r.perplexity is None or paired is None:
+        return fmt(r.perplexity)
+    return f"{fmt(r.perplexity)} ({fmt_ci(paired.recovery, paired.recovery_low, paired.recovery_high)})"
+
+
 def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | None]]:
     """(title, header, rows, caption) for every table; both renderers print exactly these."""
     r_ = report.rows
@@ -135,13 +144,15 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
         if r.gate in ("fail", "inconclusive"):
             gate += ": " + "; ".join(d.removesuffix(f": {r.gate}") for d in r.gate_detail if d.endswith(f": {r.gate}"))
         acc_rows.append([r.name] + [_score(by_task.get(t)) for t in report.tasks]
-                        + [recovery if r.recovery is not None else DASH, fmt(r.perplexity), gate,
+                        + [recovery if r.recovery is not None else DASH, _perplexity(r), gate,
                            "yes" if r.pareto else ""])
     out.append(("Accuracy", ["variant"] + report.tasks + ["recovery (mean)", "wikitext word ppl", "gate", "Pareto"],
                 acc_rows, "primary metric ± stderr per task (each variant on its own items); recovery = quantized / "
                 "baseline on the same items, averaged over accuracy tasks, [95% interval] from the paired per-item "
                 "scores (delta method with their covariance); a gate passes when the interval's lower bound "
-                "reaches it, fails when the upper bound is below it, and is inconclusive otherwise"))
+                "reaches it, fails when the upper bound is below it, and is inconclusive otherwise; wikitext: word "
+                "perplexity, and in brackets its recovery (baseline ppl / this ppl) with the 95% interval from the "
+                "same documents resampled together"))
     out.append(("Batch-1 decode bound from memory bandwidth", ["variant", "weight bytes", "bandwidth (GB/s)",
                                                                  "bound tok/s", "measured tok/s c=1", "measured / bound"],
                 [[r.name, fmt_bytes(r.bound.weight_bytes), _bandwidth(r.bound), fmt(r.bound.max_tok_s),
