@@ -1,13 +1,20 @@
 """A checkpoint folder and its store records, as `quantkit run` leaves them: the world of the
-push and card tests (tests/integration/test_push.py). Pure bookkeeping: no vLLM, no quantizer."""
+push and card tests (tests/integration/test_push.py, test_card.py), with the loopback Hub and the
+client helpers both use. Pure bookkeeping: no vLLM, no quantizer."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from hub_server import Hub
 
 TASKS = {  # task -> (baseline, quantized) primary metric values, each over ITEMS items
     "arc_easy": (0.62, 0.60),
@@ -146,3 +153,64 @@ def store_runs(home: Path, ckpt: Path, baseline_dir: Path, *, evals: bool = True
 
 # ----------------------------------------------------------------------------------------------
 # Fixtures and the subprocess runner
+
+
+# ----------------------------------------------------------------------------------------------
+# The Hub on loopback and the client, in subprocesses (HF_ENDPOINT is read at import)
+
+TOKEN = "hf_quantkitTestToken0123456789abcdefXYZ"
+ORG_REPO = "quantkit-tests/tiny-gptq"
+
+
+@pytest.fixture
+def hub():
+    server = Hub(tokens={TOKEN})
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def world(tmp_path, hub):
+    """A checkpoint, a baseline folder, a store with their runs, and an environment for the client."""
+    ckpt = make_checkpoint(tmp_path / "models" / "smollm2-135m-gptq")
+    baseline_dir = tmp_path / "models" / "smollm2-135m"
+    baseline_dir.mkdir()
+    home = tmp_path / "qk-home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    env.update(QUANTKIT_HOME=str(home), HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), HF_TOKEN=TOKEN,
+               HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1",
+               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="300")
+    return {"ckpt": ckpt, "baseline": baseline_dir, "home": home, "env": env, "tmp": tmp_path, "hub": hub}
+
+
+def quantkit(world, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", "quantkit", *map(str, args)], cwd=REPO_ROOT, capture_output=True,
+                          text=True, env={**world["env"], **(env or {})}, timeout=120)
+    # the token never appears in anything quantkit says, whatever happened
+    assert TOKEN not in proc.stdout and TOKEN not in proc.stderr
+    return proc
+
+
+def download(world, repo: str = ORG_REPO, revision: str = "main") -> Path:
+    """snapshot_download with the real client, in a subprocess (HF_ENDPOINT is read at import)."""
+    out = world["tmp"] / f"download-{revision.replace('/', '_')}-{len(list(world['tmp'].glob('download-*')))}"
+    code = ("import sys; from huggingface_hub import snapshot_download; "
+            "print(snapshot_download(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3]))")
+    proc = subprocess.run([sys.executable, "-c", code, repo, revision, str(out)], capture_output=True, text=True,
+                          env=world["env"], timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
+            if p.is_file() and ".cache" not in p.relative_to(folder).parts}
+
+
+def _one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1, stderr
+    return errors[0]

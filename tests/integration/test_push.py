@@ -14,74 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from hub_server import Hub
-from push_world import ITEMS, TASKS, bench_run, make_checkpoint, store_runs
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-TOKEN = "hf_quantkitTestToken0123456789abcdefXYZ"
-ORG_REPO = "quantkit-tests/tiny-gptq"
-
-
-@pytest.fixture
-def hub():
-    server = Hub(tokens={TOKEN})
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def world(tmp_path, hub):
-    """A checkpoint, a baseline folder, a store with their runs, and an environment for the client."""
-    ckpt = make_checkpoint(tmp_path / "models" / "smollm2-135m-gptq")
-    baseline_dir = tmp_path / "models" / "smollm2-135m"
-    baseline_dir.mkdir()
-    home = tmp_path / "qk-home"
-    home.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
-    env.update(QUANTKIT_HOME=str(home), HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf-home"), HF_TOKEN=TOKEN,
-               HF_HUB_DISABLE_XET="1", HF_HUB_OFFLINE="0", HF_HUB_DISABLE_PROGRESS_BARS="1",
-               HF_HUB_DISABLE_TELEMETRY="1", NO_COLOR="1", COLUMNS="300")
-    return {"ckpt": ckpt, "baseline": baseline_dir, "home": home, "env": env, "tmp": tmp_path, "hub": hub}
-
-
-def quantkit(world, *args, env: dict | None = None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "quantkit", *map(str, args)], cwd=REPO_ROOT, capture_output=True,
-                          text=True, env={**world["env"], **(env or {})}, timeout=120)
-    # the token never appears in anything quantkit says, whatever happened
-    assert TOKEN not in proc.stdout and TOKEN not in proc.stderr
-    return proc
-
-
-def download(world, repo: str = ORG_REPO, revision: str = "main") -> Path:
-    """snapshot_download with the real client, in a subprocess (HF_ENDPOINT is read at import)."""
-    out = world["tmp"] / f"download-{revision.replace('/', '_')}-{len(list(world['tmp'].glob('download-*')))}"
-    code = ("import sys; from huggingface_hub import snapshot_download; "
-            "print(snapshot_download(sys.argv[1], revision=sys.argv[2], local_dir=sys.argv[3]))")
-    proc = subprocess.run([sys.executable, "-c", code, repo, revision, str(out)], capture_output=True, text=True,
-                          env=world["env"], timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return out
-
-
-def files_of(folder: Path) -> dict[str, bytes]:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and ".cache" not in p.relative_to(folder).parts}
-
-
-def _one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    errors = [line for line in lines if line.startswith("error:")]
-    assert len(errors) == 1, stderr
-    return errors[0]
-
+from push_world import (ITEMS, ORG_REPO, REPO_ROOT, TASKS, TOKEN, bench_run, download, files_of,  # noqa: F401
+                        hub, make_checkpoint, quantkit, store_runs, world, _one_line)
 
 # ----------------------------------------------------------------------------------------------
 # Tests
@@ -300,68 +238,6 @@ def test_existing_repo_revision_and_pr(world):
     assert result["pr_url"].endswith("/discussions/1")
     assert hub.commits(ORG_REPO, "refs/pr/1")[0].message == "w4a16 via PR"
     assert len(hub.commits(ORG_REPO, "main")) == 1
-
-
-def test_card_command_writes_the_card_locally(world):
-    from huggingface_hub import ModelCard
-
-    store_runs(world["home"], world["ckpt"], world["baseline"], evals=False)
-    out = world["tmp"] / "card.md"
-    proc = quantkit(world, "card", world["ckpt"], "-o", out, "--repo", ORG_REPO, "--json")
-    assert proc.returncode == 0, proc.stderr
-    result = json.loads(proc.stdout)
-    assert result["validated"] is False and "no stored eval" in result["reason"]
-    card = ModelCard.load(out)
-    assert card.data.eval_results is None  # nothing measured, nothing claimed
-    assert "> **Not validated:** no stored eval" in card.text
-    assert "| concurrency 1 | 4 (0) | 17.0 | 22.0 |" in card.text
-    assert "c4: 32 samples x 256 tokens (8192 tokens), seed 0" in card.text
-    assert "group_size: 128" in card.text  # the recipe YAML as asked for
-    assert world["hub"].log == []
-
-
-def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
-    from huggingface_hub import ModelCard
-
-    from quantkit.measure.capacity import CapacitySettings
-    from quantkit.measure.tune import Trial, TuneResult, TuneSettings
-    from quantkit.serve.config import ServeConfig
-
-    store_runs(world["home"], world["ckpt"], world["baseline"], bench=False)
-    base = ServeConfig(enforce_eager=True)
-    tuned = ServeConfig(enforce_eager=True, max_num_seqs=64, block_size=64)
-    trials = [Trial(number=0, run_key="a", params={"max_num_seqs": None, "block_size": None}, config=base.changed(),
-                    label="defaults", command="vllm serve x", state="complete", value=1.0),
-              Trial(number=1, run_key="b", params={"max_num_seqs": 64, "block_size": 64}, config=tuned.changed(),
-                    label="max-num-seqs=64 block-size=64", command="vllm serve x", state="complete", value=1.5)]
-    tune = TuneResult(model_dir=str(world["ckpt"]), study="s", slo="ttft_p95=0.5", settings=TuneSettings(),
-                      capacity=CapacitySettings(), space={"max_num_seqs": [None, 64], "block_size": [None, 64]},
-                      base=base.changed(), trials=trials, best=trials[1], defaults=trials[0], gain=1.5,
-                      best_reason="highest goodput at capacity under ttft_p95=0.5")
-    from quantkit.store import Store, run_key
-
-    with Store(world["home"] / "results.db") as store:  # tune results are store records
-        older = {**tune.model_dump(mode="json"), "best": {**trials[0].model_dump(mode="json"),
-                                                          "config": {"max_num_seqs": 8}}}
-        for n, result in enumerate([older, tune.model_dump(mode="json")]):  # the newest one wins
-            rid = store.begin(run_key("tune", n=n), "tune", "smollm2-135m", "gptq", {"checkpoint": str(world["ckpt"])})
-            store.finish(rid, result)
-    # an export file beside the checkpoint is not what the card reads
-    (world["ckpt"] / "quantkit-bench" / "tune-20261130T000000Z.json").write_text(json.dumps(older))
-
-    proc = quantkit(world, "card", world["ckpt"], "--repo", ORG_REPO)
-    assert proc.returncode == 0, proc.stderr
-    card = ModelCard.load(world["ckpt"] / "README.md")  # default: beside the checkpoint
-    assert "vllm serve quantkit-tests/tiny-gptq --max-num-seqs 64 --block-size 64 --max-model-len 2048 --enforce-eager" in card.text
-    assert "tuned by `quantkit tune` (max-num-seqs=64 block-size=64: highest goodput at capacity" in card.text
-    assert "No benchmark is stored for this checkpoint: throughput and latency are missing." in card.text
-    assert "- bench: missing" in card.text
-    # accuracy is stored, so it is claimed: 2 scores, 2 recoveries and the mean recovery
-    assert len(card.data.eval_results) == 5
-    # and push leaves the local README aside: the card it uploads is built afresh from the store
-    from quantkit.hub import _commit_files
-
-    assert "README.md" not in [name for name, _ in _commit_files(world["ckpt"])]
 
 
 def _verdict(home: Path, folder: Path):
