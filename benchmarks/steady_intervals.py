@@ -27,14 +27,12 @@ import json
 import random
 from pathlib import Path
 
+from quantkit.measure.point import percentile
 from quantkit.measure.samples import decode
 
 
 def p95(values: list[float]) -> float:
-    s = sorted(values)
-    k = 0.95 * (len(s) - 1)
-    lo = int(k)
-    return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (k - lo)
+    return percentile(values, 95)  # linear interpolation, as vllm bench serve takes it
 
 
 def blocks(rows, metric: str, block_s: float) -> list[list[float]]:
@@ -98,12 +96,11 @@ def analyse(path: Path, block_s: float, target: float, draws: int, seed: int) ->
             vs = [p95(resample(vb, rng)) for _ in range(draws)]
             ratios = [a / b for a, b in zip(qs, vs)]
             lo, hi = interval(ratios)
-            point = p95([x for b in qb for x in b]) / p95([x for b in vb for x in b])
+            q95, v95 = p95([x for b in qb for x in b]), p95([x for b in vb for x in b])
             verdict = ("pass" if 1 - target <= lo and hi <= 1 + target else
                        "fail" if hi < 1 - target or lo > 1 + target else "inconclusive")
-            row[metric] = {"quantkit_p95": p95([x for b in qb for x in b]), "quantkit_ci": interval(qs),
-                           "vllm_p95": p95([x for b in vb for x in b]), "vllm_ci": interval(vs),
-                           "ratio": point, "ratio_ci": (lo, hi), "verdict": verdict}
+            row[metric] = {"quantkit_p95": q95, "quantkit_ci": interval(qs), "vllm_p95": v95, "vllm_ci": interval(vs),
+                           "ratio": q95 / v95, "ratio_ci": (lo, hi), "verdict": verdict}
         out.append(row)
     for metric in ("ttft", "tpot"):  # quantkit's curve against its realized loads, read at vLLM's
         curve = [(f["offered_req_s"], f[f"{metric}_p95"]) for (c, _), f in figures.items()

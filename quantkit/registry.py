@@ -29,10 +29,14 @@ class Registry:
         return name
 
     def load(self, name: str) -> Any:
-        target = self._entries[self.check(name)]
-        module_name, _, attr = target.partition(":")
-        module = importlib.import_module(module_name)
-        return getattr(module, attr) if attr else module
+        return resolve(self._entries[self.check(name)])
+
+
+def resolve(target: str) -> Any:
+    """What a `"module:attr"` string names (a module, without `:attr`), imported now."""
+    module_name, _, attr = target.partition(":")
+    module = importlib.import_module(module_name)
+    return getattr(module, attr) if attr else module
 
 
 # Quantization backends. llmcompressor runs in the main environment; the others run as a

@@ -145,7 +145,7 @@ def _source_name(convert: ConvertRecord) -> str:
 def baseline_provenance(convert: ConvertRecord | None, model: str | None) -> str | None:
     """What the baseline is in words, when it is not the original release (the demo's GGUF)."""
     source = convert.source if convert is not None else None
-    ref = (source.ref if source is not None else None) if source is not None and source.kind == "builtin" else model
+    ref = source.ref if source is not None and source.kind == "builtin" else model
     return BUILTIN_PROVENANCE.get(ref) if ref else None
 
 

@@ -296,8 +296,7 @@ class Evidence:
 
     @property
     def eval(self) -> EvalRun | None:
-        r = self.stages.get("eval")
-        return records.read(EvalRun, r.result) if r is not None and r.status == "done" else None
+        return self.result("eval", EvalRun)
 
     @property
     def bench(self) -> Record | None:

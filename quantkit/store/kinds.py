@@ -23,11 +23,10 @@ records hold and who reads them:
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..registry import Registry
+from ..registry import Registry, resolve
 
 RESULT_KIND_PREFIX = "quantkit."
 
@@ -44,20 +43,15 @@ class StageKind:
 
     @property
     def result_kind(self) -> str:
-        return RESULT_KIND_PREFIX + self.name
+        return result_kind(self.name)
 
     def result_model(self) -> Any:
-        return _load(self.result)
+        return resolve(self.result)
 
     def load_runner(self) -> Any:
         if self.runner is None:
             raise ValueError(f"stage kind {self.name!r} is not measured on a lane's server")
-        return _load(self.runner)
-
-
-def _load(target: str) -> Any:
-    module_name, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module_name), attr)
+        return resolve(self.runner)
 
 
 # The order is the report's reading order; it is stored nowhere.
