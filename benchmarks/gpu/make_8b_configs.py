@@ -6,7 +6,7 @@ its 49,152 entries, far inside the 128,256 vocabulary) + for quantized variants 
 group size set to 128, which divides every 8B Linear). Random weights: speed only, no accuracy.
 
 usage: python make_8b_configs.py TOKENIZER_DIR QCONFIG_DIR OUT_DIR [variant ...]
-       variants: bf16 (default set: bf16 fp8 int8 w4a16)
+       variants: bf16 or a QCONFIG_DIR/NAME.json (default set: bf16 fp8 int8 w4a16)
 """
 
 import json
@@ -43,9 +43,8 @@ def main():
         for f in tok.iterdir():
             if f.name.startswith("tokenizer") or f.name in ("special_tokens_map.json", "chat_template.jinja"):
                 shutil.copy(f, d / f.name)
-        (d / "quantkit.json").write_text(json.dumps({
-            "schema_version": 1, "kind": "quantkit.config-only", "method": name,
-            "note": "config-only Llama-3.1-8B shape for --load-format dummy; quantization_config from quantkit convert"}))
+        # no quantkit.json: these folders were not converted; a bench names them by their config's
+        # own quantization (bf16 when none), the variant label is given at `runs import`
         print(d)
 
 
