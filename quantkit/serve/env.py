@@ -10,6 +10,8 @@ import json
 import os
 import socket
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import settings
@@ -121,6 +123,16 @@ def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     env.update(extra or {})
     return env
+
+
+def private_rpc_dir(extra: dict[str, str] | None = None) -> Path | None:
+    """A folder of one server's own for vLLM's ZeroMQ IPC sockets (VLLM_RPC_BASE_PATH), or None
+    when the user chose where they go. vLLM puts a few in the temp folder at every start and a
+    killed engine leaves them there: a day of tests left thousands in /tmp. The server removes
+    this folder when it stops."""
+    if "VLLM_RPC_BASE_PATH" in os.environ or "VLLM_RPC_BASE_PATH" in (extra or {}):
+        return None
+    return Path(tempfile.mkdtemp(prefix="quantkit-vllm-ipc-"))
 
 
 def api_key_of(extra: dict, env: dict[str, str] | None = None) -> str | None:

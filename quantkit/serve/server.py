@@ -31,6 +31,7 @@ import atexit
 import ctypes
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,7 +52,7 @@ from .formats import check_quantization_flag
 from .hardware_fit import check_servable, gpu_capability, serve_defaults
 from .group import group_alive, killpg
 from ..machine import has_gpu
-from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, raise_if_refused, serve_env,
+from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, private_rpc_dir, raise_if_refused, serve_env,
                   supported_architectures, vllm_command)
 from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, last_line, parse_log
 
@@ -138,6 +139,7 @@ class VLLMServer:
         self._log_file = None
         self._old_sigterm = None
         self._activity: int | None = None
+        self.rpc_dir: Path | None = None  # vLLM's IPC sockets while it runs (env.private_rpc_dir)
 
     # -- attributes shared with RemoteServer
     @property
@@ -210,12 +212,16 @@ class VLLMServer:
         try:
             self._install_sigterm()
             self._log_file = open(self.log_path, "wb")
+            env = serve_env(self.extra_env)
+            self.rpc_dir = private_rpc_dir(self.extra_env)
+            if self.rpc_dir is not None:
+                env["VLLM_RPC_BASE_PATH"] = str(self.rpc_dir)
             self.proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=self._log_file,
                 stderr=subprocess.STDOUT,
-                env=serve_env(self.extra_env),
+                env=env,
                 start_new_session=True,  # own process group: teardown is one killpg
                 preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
             )
@@ -334,6 +340,8 @@ class VLLMServer:
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None
+        if self.rpc_dir is not None and (pgid is None or not group_alive(pgid)):
+            shutil.rmtree(self.rpc_dir, ignore_errors=True)  # the sockets of an engine that is gone
         end_activity(self._activity)
         self._activity = None
         self._restore_sigterm()

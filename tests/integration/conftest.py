@@ -33,8 +33,11 @@ def pytest_collection_modifyitems(config, items):
 def bf16_server(smollm2_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-logs") / "bf16-shared.log"
     with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=log) as server:
+        # vLLM's IPC sockets go to the server's own folder, not the shared temp folder
+        assert server.rpc_dir is not None and any(server.rpc_dir.iterdir()), "vLLM's sockets are not in its folder"
         yield server
     assert group_gone(server.pgid), "the shared server's process group outlived the context manager"
+    assert not server.rpc_dir.exists(), f"{server.rpc_dir} (vLLM's IPC sockets) outlived the server"
 
 
 @pytest.fixture
