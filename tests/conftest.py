@@ -69,3 +69,22 @@ def tiny_llama_dir(smollm2_dir, tmp_path_factory) -> Path:
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(out)
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_llama128_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """tiny_llama_dir's twin with layer sizes 128 divides (hidden 256, MLP 512): W4A8-FP8 takes group
+    128 only (vLLM's kernel), which SmolLM2's 576 refuses."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    out = tmp_path_factory.mktemp("tiny-llama128")
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2, rms_norm_eps=1e-5,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(out)
+    return out

@@ -71,6 +71,23 @@ def choose_group_size(linear_inputs: dict[str, int], preferred: int, auto: bool,
     )
 
 
+def w4a8_group(linear_inputs: dict[str, int], asked: int) -> int:
+    """Group 128 for W4A8-FP8, or a one-line refusal: a checkpoint of another group is one vLLM
+    refuses at load ("W4A8 kernels require group quantization with group size 128")."""
+    from ..serve.hardware_fit import W4A8_GROUP
+
+    if asked != W4A8_GROUP:
+        raise UsageError(f"W4A8-FP8 takes group size {W4A8_GROUP} only (vLLM's W4A8 kernel refuses group {asked}); "
+                         f"leave --group-size out, or use --method gptq for another group")
+    bad = [name for name, size in linear_inputs.items() if size % W4A8_GROUP]
+    if bad:
+        raise UsageError(
+            f"W4A8-FP8 needs group size {W4A8_GROUP} (vLLM's W4A8 kernel takes no other), which does not divide "
+            f"the input size {linear_inputs[bad[0]]} of {bad[0]} (and {len(bad) - 1} other layers); "
+            f"this model cannot be W4A8-FP8 for vLLM: use --method gptq (W4A16, any group) or fp8")
+    return W4A8_GROUP
+
+
 def resolve_group_size(model, recipe: Recipe) -> int | None:
     """The group size a recipe gets on this model (None for per-channel / unquantized schemes)."""
     import torch
@@ -86,6 +103,8 @@ def resolve_group_size(model, recipe: Recipe) -> int | None:
         for name, module in model.named_modules()
         if isinstance(module, torch.nn.Linear) and not is_ignored(name, recipe.ignore)
     }
+    if recipe.scheme == "W4AFP8":  # vLLM's W4A8 kernel takes group 128 only: no other would serve
+        return w4a8_group(inputs, recipe.group_size)
     chosen = choose_group_size(inputs, recipe.group_size, recipe.auto_group)
     if chosen != recipe.group_size:
         info(f"group size {recipe.group_size} does not divide every layer's input size; using {chosen}")

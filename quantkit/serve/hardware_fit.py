@@ -5,7 +5,10 @@ Two formats quantkit writes are tied to hardware or to a serving flag:
   `W4AFP8`): vLLM runs it with a CUTLASS kernel on compute capability 9.0 only (its
   `_is_fp8_w4a8_sm90` matches 90 exactly), so not on a CPU, an Ampere/Ada GPU or a Blackwell one.
   On other hardware vLLM finds no scheme after a minute of start-up; `check_servable` says so at
-  once, in one line, with what would run it.
+  once, in one line, with what would run it. The kernel takes group size 128 and no other
+  (`CompressedTensorsW4A8Fp8` raises "W4A8 kernels require group quantization with group size
+  128", seen on an H200 with quantkit's group-64 SmolLM2 cut), so the conversion refuses a model
+  128 does not divide (quantize/base.py) and serving refuses another group on any machine.
 - **A calibrated FP8 KV cache** (`kv_cache_scheme` in `quantization_config`): its per-layer K/V
   scales are used when vLLM's `--kv-cache-dtype` is fp8. vLLM 0.32 turns `auto` into fp8 for such
   a checkpoint itself; quantkit passes the flag explicitly (`serve_defaults`) so that every vLLM
@@ -24,6 +27,7 @@ from ..errors import UsageError
 from .formats import quantization_config
 
 W4A8_CAPABILITY = 9.0  # Hopper: H100, H200, GH200
+W4A8_GROUP = 128  # the only group size vLLM's W4A8 kernel takes
 
 
 def _groups(qc: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,6 +78,12 @@ def refusal(model_dir: Path, capability: float | None) -> str | None:
     """Why vLLM on this hardware cannot run the checkpoint (`capability`: the GPU's compute
     capability, None on a CPU), or None when nothing stands in the way that quantkit knows of."""
     qc = quantization_config(Path(model_dir))
+    groups = sorted({(g.get("weights") or {}).get("group_size") for g in _groups(qc)} - {W4A8_GROUP}, key=str) \
+        if is_w4a8_fp8(qc) else []
+    if groups:
+        return (f"{Path(model_dir).name} is W4A8-FP8 with group size {', '.join(map(str, groups))}: vLLM's W4A8 "
+                f"kernel takes only group {W4A8_GROUP}; re-convert with group {W4A8_GROUP} (a model whose layer sizes "
+                f"{W4A8_GROUP} divides), or use --method gptq (W4A16) for this model")
     if is_w4a8_fp8(qc) and capability != W4A8_CAPABILITY:
         where = "a CPU" if capability is None else f"a GPU of compute capability {capability:g}"
         return (f"{Path(model_dir).name} is W4A8-FP8 (int4 weights, FP8 activations): vLLM runs it only on "

@@ -150,7 +150,7 @@ def test_unknown_architecture_is_refused_before_vllm_starts(smollm2_dir, tmp_pat
 def test_w4a8_fp8_is_refused_on_a_cpu_before_vllm_starts(smollm2_dir, tmp_path):
     """vLLM runs W4A8-FP8 on Hopper GPUs only: on this CPU it is one line, with what would run it."""
     w4a8 = {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": {
-        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 64,
+        "targets": ["Linear"], "weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128,
                                            "symmetric": True, "dynamic": False},
         "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "symmetric": True, "dynamic": True}}}}
     bad = _copy_with_config(smollm2_dir, tmp_path / "w4a8", quantization_config=w4a8)

