@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Literal
+from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
@@ -35,7 +35,11 @@ from .tune_space import (BOOL_KNOBS, DEFAULT_SPACE, GPU_SPACE, TUNABLE, _gpu_cou
                          invalid, label, parse_space, resolve_space)  # (callers read the space as tune.X)
 from .workload import PromptSource
 
+if TYPE_CHECKING:
+    from ..store import RecordStore
+
 SCHEMA_VERSION = 2
+
 
 class TuneSettings(BaseModel):
     """A run recipe's `tune:` (and `quantkit tune`'s options)."""
@@ -202,7 +206,7 @@ def study_key(model_dir: Path, slo: Slo, capacity: CapacitySettings, settings: T
                    probe_tolerance=settings.probe_tolerance, vllm=vllm, **common)
 
 
-def stored_trials(store, study: str) -> list[Trial]:
+def stored_trials(store: RecordStore, study: str) -> list[Trial]:
     """The study's finished trials, oldest first (a trial killed mid-way is redone)."""
     out = []
     for r in store.records(kind="trial", status="done"):
@@ -211,7 +215,7 @@ def stored_trials(store, study: str) -> list[Trial]:
     return out
 
 
-def tune_study(store, *, model: str, variant: str, model_dir: Path, slo: Slo, capacity: CapacitySettings,
+def tune_study(store: RecordStore, *, model: str, variant: str, model_dir: Path, slo: Slo, capacity: CapacitySettings,
                settings: TuneSettings, base: ServeConfig, study: str, space: dict[str, list[Any]],
                seed_trial: Trial | None = None, startup_timeout: float = 600.0,
                on_trial: Callable[[Trial], None] | None = None) -> TuneResult:

@@ -24,12 +24,12 @@ from typing import Any
 
 from .. import __version__, checkpoint, machine, models
 from ..errors import QuantkitError, SetupError
-from ..store import Store
+from ..store import RecordStore
 from .ray_store import RemoteStore, this_node
 from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, convert_key, measure_keys, owned_dir, run_lane
 
 
-def method_folder(ctx: RunContext, lane: Lane, store) -> Path:
+def method_folder(ctx: RunContext, lane: Lane, store: RecordStore) -> Path:
     """Where run_lane keeps (or will make) a method's checkpoint: its key's own folder."""
     return owned_dir(checkpoint_dir(ctx, lane.entry), convert_key(ctx, lane.entry), store)
 
@@ -39,7 +39,7 @@ def converted(folder: Path) -> bool:
     return (folder / checkpoint.RECORD_FILE).is_file() and checkpoint.ConvertRecord.read(folder) is not None
 
 
-def planned_stages(ctx: RunContext, lane: Lane, store) -> tuple[list[dict[str, Any]], bool]:
+def planned_stages(ctx: RunContext, lane: Lane, store: RecordStore) -> tuple[list[dict[str, Any]], bool]:
     """(stages, complete): each stage's kind, key and the record fields it would have; complete is
     False when a method's checkpoint is not visible from here (its measurement keys hang on it)."""
     stages: list[dict[str, Any]] = []
@@ -56,7 +56,7 @@ def planned_stages(ctx: RunContext, lane: Lane, store) -> tuple[list[dict[str, A
     return [dict(s, model=ctx.model.name, variant=lane.label) for s in stages], True
 
 
-def finished(ctx: RunContext, lane: Lane, store: Store) -> bool:
+def finished(ctx: RunContext, lane: Lane, store: RecordStore) -> bool:
     """Every stage of the lane is done and its checkpoint is here: run_lane would only skip."""
     if ctx.force:
         return False

@@ -2,8 +2,8 @@
 
 The store stays on the driver and stays the one truth: `StoreActor` holds the driver's `Store`
 (the same SQLite file, in an actor pinned to the driver's node), and a lane on any node writes
-through `RemoteStore`, which has the methods `stages.py` calls (`done`, `begin`, `add_point`,
-`finish`, `fail`, `stage`). Every call waits for the actor's answer, so a bench point measured on a
+through `RemoteStore`, a `RecordStore` (store/protocol.py) like the driver's own: `done`, `begin`,
+`add_point`, `finish`, `fail`, `records`, and the protocol's `stage` over them. Every call waits for the actor's answer, so a bench point measured on a
 worker is in the driver's store before the next point starts: a killed run loses at most the
 point in flight.
 
@@ -18,10 +18,11 @@ from __future__ import annotations
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import QuantkitError
-from ..store import Store
+from ..store import Record, RecordStore, Store
 from .progress import figure
 
 
@@ -69,9 +70,12 @@ class StoreActor:
         kind = self.ended(lane, record_id)
         self.event("stage", lane, stage=kind, status=status, record=record_id, figure=error[:120])
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """Any other Store method (reads: done, records, points, ...)."""
-        return getattr(self.store, name)(*args, **kwargs)
+    # the reads a lane makes (resume; the tune study's stored trials)
+    def done(self, key: str) -> Record | None:
+        return self.store.done(key)
+
+    def records(self, **where: Any) -> list[Record]:
+        return self.store.records(**where)
 
     # -- what the driver asks
     def close_lane(self, lane: str, error: str, status: str = "failed") -> list[tuple[str, str]]:
@@ -120,13 +124,13 @@ def this_node() -> dict[str, Any]:
             "ray_node_id": node_id, "pid": os.getpid()}
 
 
-class RemoteStore:
+class RemoteStore(RecordStore):
     """What a lane on a Ray worker uses as its store: every call is answered by the driver's
     `StoreActor` before it returns. Records it begins name this node (params["node"])."""
 
     def __init__(self, actor, lane: str, path: str):
         self.actor, self.lane, self.node = actor, lane, this_node()
-        self.path = path  # the driver's store (checkpoints name the store that owns them)
+        self.path = Path(path)  # the driver's store (checkpoints name the store that owns them)
         self.kinds: dict[int, str] = {}  # record id -> stage kind, of the records begun here
         self.after_finish: Callable[[str | None], Any] | None = None  # called with the kind of a finished stage
 
@@ -137,6 +141,13 @@ class RemoteStore:
             return ray.get(method.remote(*args, **kwargs))
         except ray.exceptions.RayActorError as exc:
             raise QuantkitError(f"the driver's result store is gone ({type(exc).__name__}): the run was stopped") from None
+
+    def done(self, key: str) -> Record | None:
+        return self.ask(self.actor.done, key)
+
+    def records(self, model: str | None = None, kind: str | None = None, status: str | None = None,
+                keys: list[str] | None = None) -> list[Record]:
+        return self.ask(self.actor.records, model=model, kind=kind, status=status, keys=keys)
 
     def begin(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> int:
@@ -157,11 +168,3 @@ class RemoteStore:
 
     def plan(self, stages: list[dict[str, Any]]) -> None:
         self.ask(self.actor.plan, self.lane, stages)
-
-    # the same record life cycle as the local store: running, then done / failed / interrupted
-    stage = Store.stage
-
-    def __getattr__(self, name: str):
-        if name.startswith("_"):
-            raise AttributeError(name)
-        return lambda *args, **kwargs: self.ask(self.actor.call, name, *args, **kwargs)

@@ -27,7 +27,7 @@ from ..console import info, warn
 from ..errors import BackendError, QuantkitError, UsageError
 from ..models import ResolvedModel
 from ..recipe import MethodEntry, RunRecipe
-from ..store import Store, run_key
+from ..store import RecordStore, run_key
 from ..store.kinds import stage_kind
 from .measures import capacity_key
 
@@ -98,7 +98,7 @@ def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
     return [(m.kind, m.key(ctx, fingerprint)) for m in runners if m.wanted(ctx.plan)]
 
 
-def run_lane(ctx: RunContext, lane: Lane, store: Store, summary: RunSummary) -> None:
+def run_lane(ctx: RunContext, lane: Lane, store: RecordStore, summary: RunSummary) -> None:
     """Convert (methods only), then measure on one server, then tune; failures are recorded, not raised."""
     if lane.entry is None:
         folder = ctx.model.path
@@ -125,7 +125,7 @@ def checkpoint_stage(entry: MethodEntry, summary: RunSummary) -> Path | None:
         return None
 
 
-def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: RunSummary) -> Path | None:
+def convert_stage(ctx: RunContext, entry: MethodEntry, store: RecordStore, summary: RunSummary) -> Path | None:
     from ..quantize import convert
 
     quant = entry.quant_recipe()
@@ -150,7 +150,7 @@ def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: Ru
             # `out` is this key's own folder (owned_dir): replacing it (a leftover of a killed run,
             # or --force) never touches a checkpoint that another run or store relies on
             record = convert(ctx.model, entry.method, out, recipe=entry.recipe, force=True, overrides=entry.overrides(),
-                             owner={"run_key": key, "store": str(getattr(store, "path", ""))})
+                             owner={"run_key": key, "store": str(store.path)})
             if record.recipe_hash != quant.hash():  # the key's recipe is not the one converted: never store it
                 raise BackendError(f"converted with recipe {record.recipe_hash}, not the run key's {quant.hash()}")
             rec.finish(record.model_dump(mode="json"), str(out / checkpoint.RECORD_FILE))
@@ -164,7 +164,7 @@ def convert_stage(ctx: RunContext, entry: MethodEntry, store: Store, summary: Ru
     return out
 
 
-def owned_dir(folder: Path, key: str, store: Store) -> Path:
+def owned_dir(folder: Path, key: str, store: RecordStore) -> Path:
     """`folder` if it is free or this key's own; else the sibling named after the key. A folder
     another run key made (or one quantkit did not make) is never replaced or deleted."""
     if not folder.exists():
@@ -185,7 +185,7 @@ def owned_dir(folder: Path, key: str, store: Store) -> Path:
     return beside
 
 
-def measure_stages(ctx: RunContext, label: str, folder: Path, store: Store, summary: RunSummary) -> None:
+def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary) -> None:
     from ..serve.server import VLLMServer
 
     todo = []
@@ -210,7 +210,7 @@ def measure_stages(ctx: RunContext, label: str, folder: Path, store: Store, summ
         warn(f"[{label}] {exc.one_line()}; the other checkpoints go on")
 
 
-def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: Store,
+def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: RecordStore,
              summary: RunSummary) -> None:
     measure = stage_kind(kind).load_runner()
     params = measure.params(ctx.plan, folder, checkpoint.fingerprint(folder))
@@ -226,7 +226,7 @@ def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, ser
                                          seconds=round(time.monotonic() - t0, 1)))
 
 
-def tune_stage(ctx: RunContext, label: str, folder: Path, store: Store, summary: RunSummary) -> None:
+def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary) -> None:
     """The variant's study: `tune.budget` servers in all, the capacity stage's result as its base trial."""
     from ..measure import tune
 

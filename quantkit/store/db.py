@@ -25,7 +25,6 @@ import hashlib
 import json
 import sqlite3
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
@@ -34,7 +33,8 @@ from .. import __version__, settings
 from ..errors import QuantkitError, UsageError
 from . import live
 from .kinds import STAGE_KINDS
-from .lines import _dump, _exception_line, _explain, _mask, _unwritable, check_key
+from .lines import _dump, _explain, _mask, _unwritable, check_key
+from .protocol import Record, RecordStore
 
 # Append only: a released migration is never edited; a change is a new entry.
 MIGRATIONS: list[tuple[str, str]] = [
@@ -128,47 +128,6 @@ class StoreError(QuantkitError):
     exit_code = 1
 
 
-@dataclass
-class Record:
-    id: int
-    run_key: str
-    kind: str
-    model: str
-    variant: str
-    status: str
-    params: dict[str, Any]
-    result: dict[str, Any] | None
-    result_path: str | None
-    error: str | None
-    recipe_hash: str | None
-    started_at: str
-    finished_at: str | None
-
-    def summary(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in ("id", "run_key", "kind", "model", "variant", "status", "error",
-                                              "result_path", "started_at", "finished_at")}
-        out["status"] = self.current_status()
-        return out
-
-    def checkpoint_dir(self) -> Path | None:
-        """The checkpoint folder this record is about (resolved): a conversion's output, or the
-        folder a bench/eval/tune measured."""
-        raw = (self.result or {}).get("output_dir") if self.kind == "convert" else self.params.get("checkpoint")
-        if not raw:
-            return None
-        try:
-            return Path(raw).expanduser().resolve()
-        except (OSError, RuntimeError):
-            return None
-
-    def current_status(self) -> str:
-        """The stored status, or `missing` for a conversion whose checkpoint folder is gone (a run
-        redoes it). Bench, eval and tune results live in the store itself: their exports may go."""
-        if self.kind == "convert" and self.status == "done" and self.result_path and not Path(self.result_path).exists():
-            return "missing"
-        return self.status
-
-
 def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
@@ -182,7 +141,9 @@ def default_path() -> Path:
     return settings.home() / "results.db"
 
 
-class Store:
+class Store(RecordStore):
+    """The SQLite file itself; its record life cycle (`stage`) is the protocol's."""
+
     def __init__(self, path: Path | None = None):
         self.path = Path(path) if path else default_path()
         self.readonly = False  # opened for reading only: its folder or file cannot be written
@@ -352,38 +313,6 @@ class Store:
                 "UPDATE records SET status = ?, error = ?, result = COALESCE(?, result), finished_at = ? WHERE id = ?",
                 (status, _mask(error), _dump(result) if result else None, now(), record_id))
 
-    @contextmanager
-    def stage(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
-              recipe_hash: str | None = None) -> Iterator["StageHandle"]:
-        """One stage as a record: `running` on entry; `done` once `handle.finish(...)` is called;
-        `interrupted` on Ctrl-C or SIGTERM (KeyboardInterrupt: the signal handler raises it);
-        `failed` with the reason on anything else: a QuantkitError's line, or any other
-        exception's type and message (a full disk, an SQLite error, a bug), so the record says
-        what went wrong. The exception is re-raised either way. A body that ends without
-        finishing leaves the record failed."""
-        handle = StageHandle(self, self.begin(key, kind, model, variant, params, recipe_hash))
-        try:
-            yield handle
-        except QuantkitError as exc:
-            self._close_quietly(handle.id, exc.one_line(), "failed")
-            raise
-        except (KeyboardInterrupt, GeneratorExit):
-            self._close_quietly(handle.id, "interrupted", "interrupted")
-            raise
-        except BaseException as exc:
-            self._close_quietly(handle.id, _exception_line(exc), "failed")
-            raise
-        if not handle.finished:
-            self.fail(handle.id, "the stage ended without a result")
-
-    def _close_quietly(self, record_id: int, error: str, status: str) -> None:
-        """Record how a stage ended; a store that cannot take it (the very failure, a full disk)
-        must not hide the stage's own exception: the next run marks the row interrupted."""
-        try:
-            self.fail(record_id, error, status=status)
-        except (sqlite3.Error, QuantkitError, OSError):
-            pass
-
     # -- queries --------------------------------------------------------------------------------
 
     def points(self, record_id: int) -> list[dict[str, Any]]:
@@ -441,16 +370,3 @@ class Store:
         return Record(id_, key, kind, model, variant, status, json.loads(params),
                       json.loads(result) if result else None, result_path, error, recipe_hash, started, finished)
 
-
-class StageHandle:
-    """What a running stage may do with its record: add points as they finish, then finish."""
-
-    def __init__(self, store: Store, record_id: int):
-        self.store, self.id, self.finished = store, record_id, False
-
-    def add_point(self, point: dict[str, Any]) -> None:
-        self.store.add_point(self.id, point)
-
-    def finish(self, result: dict[str, Any], result_path: str | None = None) -> None:
-        self.store.finish(self.id, result, result_path)
-        self.finished = True

@@ -21,8 +21,9 @@ from typing import Any, Iterator
 
 from ..checkpoint import describe, method_of
 from ..errors import UsageError
-from .db import StageHandle, Store, run_key
+from .db import Store, run_key
 from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS
+from .protocol import StageHandle
 
 
 def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
@@ -82,7 +83,7 @@ def import_result(store: Store, path: Path, model: str | None = None, variant: s
 
 @contextmanager
 def standalone(store: Store, kind: str, model_dir: Path, params: dict[str, Any]) -> Iterator[StageHandle]:
-    """The record of a standalone command's run on `model_dir` (see Store.stage)."""
+    """The record of a standalone command's run on `model_dir` (see RecordStore.stage)."""
     model_dir = Path(model_dir).expanduser().resolve()
     model, variant = default_names({"model_dir": str(model_dir), "checkpoint": describe(model_dir)})
     key = run_key(kind, standalone=uuid.uuid4().hex)
