@@ -17,15 +17,12 @@ models_app = typer.Typer(help="Converted checkpoints on disk: list them, remove 
 app.add_typer(models_app, name="models")
 
 
-def _size(n: int | None) -> str:
-    return "-" if n is None else f"{n / 1e6:,.0f} MB"
-
-
 @models_app.command("ls")
 def models_ls(json: Json = False, quiet: Quiet = False) -> None:
     """List checkpoints in the models folder or named by stored records: size, age, method, records."""
     from ..console import warn
     from ..housekeeping import leftovers, leftovers_line, list_checkpoints
+    from ..report.render import fmt_bytes
     from ..store import Store
 
     def body():
@@ -39,7 +36,7 @@ def models_ls(json: Json = False, quiet: Quiet = False) -> None:
     def human(rows):
         table = Table("checkpoint", "method", "size", "age (days)", "records", "model")
         for r in rows:
-            table.add_row(r["path"] + ("" if r["exists"] else " (missing)"), r["method"] or "-", _size(r["size_bytes"]),
+            table.add_row(r["path"] + ("" if r["exists"] else " (missing)"), r["method"] or "-", fmt_bytes(r["size_bytes"], missing="-"),
                           "-" if r["age_days"] is None else f"{r['age_days']:g}", str(r["records"]),
                           ", ".join(r["models"]) or "-")
         stdout.print(table)

@@ -82,6 +82,8 @@ def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dic
 
 
 def _print_record(record) -> None:
+    from ..report.render import fmt_bytes
+
     table = Table(show_header=False, box=None, pad_edge=False)
     calib = record.calibration
     rows = [
@@ -92,7 +94,7 @@ def _print_record(record) -> None:
         ("recipe", f"{record.recipe_name} ({record.recipe_hash})"),
         ("source", f"{record.source.ref} {record.source.fingerprint[:19]}"),
         ("calibration", f"{calib['num_samples']} x {calib['seq_len']} tokens from {calib['dataset']}" if calib else "none"),
-        ("size", f"{record.size_bytes / 1e6:.1f} MB"),
+        ("size", fmt_bytes(record.size_bytes)),
         ("wall time", f"{record.wall_time_s:.1f} s (quantizer {record.quantize_time_s:.1f} s)"),
         ("peak RSS", f"{record.peak_rss_mb:.0f} MB"),
     ]

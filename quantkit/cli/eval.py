@@ -108,24 +108,23 @@ def _jsonable(result: dict[str, Any]) -> dict[str, Any]:
     return {k: (v.model_dump(mode="json") if hasattr(v, "model_dump") else v) for k, v in result.items()}
 
 
-def _fmt(value: float | None, stderr: float | None) -> str:
-    from ..report.render import fmt_pm
-
-    return fmt_pm(value, stderr, missing="-")
-
-
 def _interval(low: float | None, high: float | None) -> str:
     return "-" if low is None or high is None else f"[{low:.4f}, {high:.4f}]"
 
 
 def _print_result(result: dict[str, Any]) -> None:
+    from functools import partial
+
+    from ..report.render import fmt_pm
+
+    pm = partial(fmt_pm, missing="-")  # the terminal's tables mark a missing value `-`, as every command does
     run = result["run"]
     table = Table("task", "n-shot", "items", "metric", "score", "time", title=run["model_dir"], title_justify="left")
     for t in run["tasks"]:
         m = t["metrics"][t["primary_metric"]]
         items = f"{t['n_samples']}/{t['n_available']}"
         table.add_row(t["task"] + (" *" if t["data"]["note"] else ""), str(t["n_shot"]), items,
-                      t["primary_metric"].replace(",none", ""), _fmt(m["value"], m["stderr"]), f"{t['wall_time_s']:.0f} s")
+                      t["primary_metric"].replace(",none", ""), pm(m["value"], m["stderr"]), f"{t['wall_time_s']:.0f} s")
     stdout.print(table)
     for t in run["tasks"]:
         if t["data"]["note"]:
@@ -138,12 +137,12 @@ def _print_result(result: dict[str, Any]) -> None:
                 "method", "independent ±", title=f"recovery vs {report['baseline_file']}", title_justify="left")
     for r in report["tasks"]:
         rec.add_row(r["task"], r["metric"].replace(",none", ""), str(r["n_items"] or "-"),
-                    _fmt(r["quantized"], r["quantized_stderr"]), _fmt(r["baseline"], r["baseline_stderr"]),
-                    _fmt(r["recovery"], r["recovery_stderr"]), _interval(r["recovery_low"], r["recovery_high"]),
-                    r["method"], _fmt(r["independent_stderr"], None) if r["independent_stderr"] is not None else "-")
-    rec.add_row("average", "", "", "", "", _fmt(report["mean_recovery"], report["mean_recovery_stderr"]),
+                    pm(r["quantized"], r["quantized_stderr"]), pm(r["baseline"], r["baseline_stderr"]),
+                    pm(r["recovery"], r["recovery_stderr"]), _interval(r["recovery_low"], r["recovery_high"]),
+                    r["method"], pm(r["independent_stderr"], None))
+    rec.add_row("average", "", "", "", "", pm(report["mean_recovery"], report["mean_recovery_stderr"]),
                 _interval(report["mean_recovery_low"], report["mean_recovery_high"]), report["mean_method"] or "-",
-                _fmt(report["mean_independent_stderr"], None) if report["mean_independent_stderr"] is not None else "-")
+                pm(report["mean_independent_stderr"], None))
     stdout.print(rec)
     from ..evals.gates import GateVerdict
 

@@ -174,24 +174,20 @@ def _print_capacity(result) -> None:
     stdout.print(f"results: {result.path}")
 
 
-def _ms(stats, stat: str) -> str:
-    return f"{stats.get(stat) * 1000:.0f}" if stats is not None else "-"
-
-
-def _num(x: float) -> str:
-    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
-
-
 def _point_row(p) -> list[str]:
     from ..measure.load_kinds import kind
+    from ..report.render import fmt, fmt_ms
+
+    def ms(stats, stat: str) -> str:  # the report's latency figure, `-` for a point without it
+        return fmt_ms((stats.get(stat) if stats is not None else None,), missing="-")
 
     load = kind(p.profile).text(p, "short")
     slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
     return [
         load + (" partial" if p.partial else "") + ("*" if p.client_limited else ""),
         str(p.num_requests), str(p.failures),
-        _num(p.output_tok_s), _num(p.total_tok_s), f"{p.req_s:.2f}",
-        _ms(p.ttft, "p50"), _ms(p.ttft, "p95"), _ms(p.itl, "p50"), _ms(p.itl, "p95"), _ms(p.tpot, "p50"),
+        fmt(p.output_tok_s), fmt(p.total_tok_s), f"{p.req_s:.2f}",
+        ms(p.ttft, "p50"), ms(p.ttft, "p95"), ms(p.itl, "p50"), ms(p.itl, "p95"), ms(p.tpot, "p50"),
         f"{p.e2e.p50:.2f}" if p.e2e else "-", slo,
     ]
 
