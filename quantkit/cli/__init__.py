@@ -66,24 +66,32 @@ def _stacks_on_sigusr1() -> None:
         faulthandler.register(signal.SIGUSR1, file=_STACK_STREAM, all_threads=True)
 
 
+def _refused(exc: typer.TyperException) -> int:
+    """What the command line's parser refused, as one line and its exit code (2 for a usage
+    error). Typer vendors click since 0.26 and exports only the base of its parser's errors,
+    `typer.TyperException` (the `click` package's classes are others, and no dependency of
+    typer), so they are told apart by what they carry: a usage error its command's context, and
+    a group called with no arguments that context's help as its message (typer's
+    `no_args_is_help`), which is printed as `--help` would."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is not None and exc.format_message() == ctx.get_help():
+        print(exc.format_message())
+        return 0
+    message = " ".join(exc.format_message().split()).rstrip(".")
+    hint = f"; see `{ctx.command_path if ctx is not None else 'quantkit'} --help`" if exc.exit_code == 2 else ""
+    sys.stderr.write(f"error: {message}{hint}\n")
+    return exc.exit_code
+
+
 def main() -> None:
     """The console script: signals take the clean-up path; usage errors are one line (exit 2)."""
-    # typer 0.29 (pinned) vendors click as typer._click: its parser raises these, not click's
-    from typer._click import exceptions as click
-
     signal.signal(signal.SIGTERM, interrupt_handler)
     signal.signal(signal.SIGINT, interrupt_handler)
     _stacks_on_sigusr1()
     try:
         code = app(standalone_mode=False)
-    except click.NoArgsIsHelpError as exc:
-        print(exc.ctx.get_help() if exc.ctx else "quantkit --help")
-        code = 0
-    except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "quantkit"
-        message = " ".join(exc.format_message().split()).rstrip(".")
-        sys.stderr.write(f"error: {message}; see `{where} --help`\n")
-        code = 2
+    except typer.TyperException as exc:
+        code = _refused(exc)
     except typer.Abort:
         sys.stderr.write("interrupted\n")
         code = 130
