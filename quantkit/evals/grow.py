@@ -258,8 +258,8 @@ def _grow_recorded(folder: Path, previous: EvalRun, tasks: str, goal: dict[str, 
         else:
             with step(f"starting vLLM on {folder.name}"):
                 server = stack.enter_context(opening)
-        with standalone(store, "eval", folder, {"url": url, "tasks": tasks, "grown_from": previous.results_file,
-                                                "goal": todo}) as rec:
+        with standalone(store, "eval", folder, serve, {"tasks": tasks, **options}, url=url,
+                        grown_from=previous.results_file, goal=todo) as rec:
             grown = grow_result(server, plan, previous, todo, orders)
             rec.finish(grown.model_dump(mode="json"), grown.results_file)
     return grown

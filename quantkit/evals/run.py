@@ -471,8 +471,7 @@ def evaluate(model_dir: str | Path, tasks: str | list[str], *, url: str | None =
         else:
             with step(f"starting vLLM on {plan.model_dir.name}"):
                 server = stack.enter_context(opening)
-        with standalone(store, "eval", plan.model_dir, {"serve": config.model_dump(mode="json"), "url": url,
-                                                        "tasks": tasks}) as rec:
+        with standalone(store, "eval", plan.model_dir, config, {"tasks": tasks, **options}, url=url) as rec:
             run = run_eval(server, plan)
             rec.finish(run.model_dump(mode="json"), run.results_file)
     return run

@@ -280,8 +280,8 @@ def bench(model_dir: Path, *, url: str | None = None, config: ServeConfig | None
     # Build prompts before starting the server: a bad dataset or tokenizer fails in a second.
     prompts = PromptSource(model_dir, input_len, seed=seed, dataset=dataset, api=api)
     with Store() as store, open_server(model_dir, url, config, port=port, startup_timeout=startup_timeout) as server:
-        with standalone(store, "bench", model_dir, {"serve": (config or ServeConfig()).model_dump(mode="json"),
-                                                    "url": url}) as rec:
+        settings = {"input_len": input_len, "seed": seed, "dataset": dataset, "api": api, **options}
+        with standalone(store, "bench", model_dir, config or ServeConfig(), settings, url=url) as rec:
             def point_done(point: BenchPoint) -> None:
                 rec.add_point(point.model_dump(mode="json"))
                 if on_point:

@@ -474,10 +474,8 @@ def capacity(model_dir: Path, slo: Slo | None, settings: CapacitySettings | None
     if settings.max < settings.start:
         raise UsageError(f"--capacity-max {settings.max:g} is below --capacity-start {settings.start:g}")
     prompts = PromptSource(model_dir, settings.input_len, seed=settings.seed)
-    params = {"serve": (config or ServeConfig()).model_dump(mode="json"), "url": url, "slo": str(slo),
-              "capacity": settings.model_dump(mode="json")}
     with Store() as store, open_server(model_dir, url, config, port=port, startup_timeout=startup_timeout) as server:
-        with standalone(store, "capacity", model_dir, params) as rec:
+        with standalone(store, "capacity", model_dir, config or ServeConfig(), settings, slo=str(slo), url=url) as rec:
             def point_done(point: BenchPoint) -> None:
                 rec.add_point(point.model_dump(mode="json"))
                 if on_point:

@@ -366,6 +366,7 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
     from ..serve.env import installed_vllm_version
     from ..store import Store, run_key
     from ..store.imports import default_names
+    from ..store.kinds import stage_kind
     from .bench import results_dir, stamp
 
     model_dir = Path(model_dir).expanduser().absolute()
@@ -379,9 +380,9 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
     key = study_key(model_dir, slo, capacity, settings, space, base, installed_vllm_version(), common)
     model, variant = default_names({"model_dir": str(model_dir), "checkpoint": checkpoint.describe(model_dir)})
     with Store() as store:
-        params = {"checkpoint": str(model_dir), "study": key, "budget": settings.budget, "slo": str(slo),
-                  "tune": settings.model_dump(mode="json"), "capacity": capacity.model_dump(mode="json"),
-                  "serve": base.model_dump(mode="json"), "standalone": True}
+        # the workload (capacity, slo) in the params: the report compares tunes within one
+        params = stage_kind("tune").params(model_dir, checkpoint.fingerprint(model_dir), base, settings, study=key,
+                                           slo=str(slo), capacity=capacity.model_dump(mode="json"), standalone=True)
         with store.stage(run_key("tune", study=key, budget=settings.budget), "tune", model, variant, params) as rec:
             result = tune_study(store, model=model, variant=variant, model_dir=model_dir, slo=slo, capacity=capacity,
                                 settings=settings, base=base, study=key, space=space,

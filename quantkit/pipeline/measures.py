@@ -2,8 +2,9 @@
 
 Each is named by its stage kind's `runner` (store/kinds.py) and says, for a recipe: whether the
 recipe asks for it (`wanted`), its run key (`key`), what its record's params hold beyond the
-checkpoint, its fingerprint, the serving configuration and its own settings (`extra`), and how it
-runs on a started server and finishes its record (`run`). stages.py runs them in `MEASURE_ORDER`.
+shape every measurement's has (`extra`; the shape is `StageKind.params`: checkpoint, fingerprint,
+serving configuration, its own settings), and how it runs on a started server and finishes its
+record (`run`). stages.py runs them in `MEASURE_ORDER`.
 
 A run key is a hash of everything that defines the result: the checkpoint's fingerprint, the
 stage's settings, the serving knobs, the vLLM version and the hardware. Changing what goes into
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from ..store import run_key
+from ..store.kinds import stage_kind
 
 if TYPE_CHECKING:
     from ..recipe import RunRecipe
@@ -45,9 +47,8 @@ class Measure:
         return getattr(plan, self.kind)
 
     def params(self, plan: "RunRecipe", folder: Path, fingerprint: str) -> dict[str, Any]:
-        """The record's params: the fingerprint ties a measurement to the exact weights."""
-        return {"checkpoint": str(folder), "fingerprint": fingerprint, "serve": plan.serve.model_dump(),
-                self.kind: self.settings(plan).model_dump(), **self.extra(plan)}
+        """The record's params, in the shape a standalone command's record has too."""
+        return stage_kind(self.kind).params(folder, fingerprint, plan.serve, self.settings(plan), **self.extra(plan))
 
 
 def capacity_key(ctx: "KeyContext", fingerprint: str) -> str:

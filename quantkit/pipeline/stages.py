@@ -241,9 +241,9 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
         return
     base = store.done(capacity_key(ctx, checkpoint.fingerprint(folder)))
     seed = _base_trial(base, space, folder, plan) if base is not None else None
-    params = {"checkpoint": str(folder), "fingerprint": checkpoint.fingerprint(folder), "study": study,
-              "slo": plan.slo, "tune": plan.tune.model_dump(mode="json"), "serve": plan.serve.model_dump(),
-              "capacity": plan.capacity.model_dump()}  # the workload: the report compares within one
+    # the workload (capacity, slo) in the params: the report compares tunes within one
+    params = stage_kind("tune").params(folder, checkpoint.fingerprint(folder), plan.serve, plan.tune, study=study,
+                                       slo=plan.slo, capacity=plan.capacity.model_dump(mode="json"))
     t0 = time.monotonic()
     try:
         with store.stage(key, "tune", ctx.model.name, label, params) as rec:

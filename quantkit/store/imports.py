@@ -19,10 +19,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..checkpoint import describe, method_of
+from pydantic import BaseModel
+
+from ..checkpoint import describe, fingerprint, method_of
 from ..errors import UsageError
 from .db import Store, run_key
-from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS
+from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS, stage_kind
 from .protocol import StageHandle
 
 
@@ -82,10 +84,13 @@ def import_result(store: Store, path: Path, model: str | None = None, variant: s
 
 
 @contextmanager
-def standalone(store: Store, kind: str, model_dir: Path, params: dict[str, Any]) -> Iterator[StageHandle]:
-    """The record of a standalone command's run on `model_dir` (see RecordStore.stage)."""
+def standalone(store: Store, kind: str, model_dir: Path, serve: BaseModel, settings: BaseModel | dict[str, Any],
+               **own: Any) -> Iterator[StageHandle]:
+    """The record of a standalone command's run on `model_dir` (see RecordStore.stage), its params
+    in the shape a `quantkit run` stage of the kind writes (`StageKind.params`)."""
     model_dir = Path(model_dir).expanduser().resolve()
     model, variant = default_names({"model_dir": str(model_dir), "checkpoint": describe(model_dir)})
     key = run_key(kind, standalone=uuid.uuid4().hex)
-    with store.stage(key, kind, model, variant, {"checkpoint": str(model_dir), "standalone": True, **params}) as rec:
+    params = stage_kind(kind).params(model_dir, fingerprint(model_dir), serve, settings, standalone=True, **own)
+    with store.stage(key, kind, model, variant, params) as rec:
         yield rec

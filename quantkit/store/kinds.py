@@ -17,14 +17,21 @@ records hold and who reads them:
   `RESULT_SCHEMAS` validates each;
 - `points`: its records store the bench points measured on the way (`Store.add_point`);
 - `runner`: for a measurement `quantkit run` makes on a lane's one shared server, the
-  `"module:attr"` of its runner there (pipeline/measures.py), which builds its run key, its params
-  and its result; None for the stages the pipeline runs otherwise (convert, tune, trial).
+  `"module:attr"` of its runner there (pipeline/measures.py), which builds its run key and its
+  result; None for the stages the pipeline runs otherwise (convert, tune, trial).
+
+A measurement's record params have one shape, `StageKind.params`, whoever measured it: a stage of
+`quantkit run` (measures.py, the tune stage) or a standalone command (`imports.standalone`, the
+standalone tune).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel
 
 from ..registry import Registry, resolve
 
@@ -47,6 +54,16 @@ class StageKind:
 
     def result_model(self) -> Any:
         return resolve(self.result)
+
+    def params(self, folder: Path, fingerprint: str, serve: BaseModel, settings: BaseModel | dict[str, Any],
+               **own: Any) -> dict[str, Any]:
+        """A measurement record's params: the checkpoint folder and its fingerprint (the exact
+        weights), the serving configuration, this kind's settings under its name (the report
+        reads a capacity or tune record's workload from them and `slo`), then what is the
+        stage's own (`slo`, `gates`, `url`, `study`, `standalone`). No run key reads params."""
+        mine = settings.model_dump(mode="json") if isinstance(settings, BaseModel) else dict(settings)
+        return {"checkpoint": str(folder), "fingerprint": fingerprint, "serve": serve.model_dump(mode="json"),
+                self.name: mine, **own}
 
     def load_runner(self) -> Any:
         if self.runner is None:

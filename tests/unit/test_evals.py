@@ -307,6 +307,7 @@ def test_zero_baseline_fails_a_gate_instead_of_dividing_by_zero():
 
 
 def test_results_round_trip_and_baseline_lookup_in_the_store(tmp_path):
+    from quantkit.serve.config import ServeConfig
     from quantkit.store import Store, standalone
 
     run = _run(_task("arc_easy", 0.45, 0.02))
@@ -319,7 +320,7 @@ def test_results_round_trip_and_baseline_lookup_in_the_store(tmp_path):
     # a folder's baseline is its newest stored eval (the export file alone does not count)
     with pytest.raises(UsageError, match="the store has no eval of"):
         evals_results.find_baseline(tmp_path, like=run)
-    with Store() as store, standalone(store, "eval", tmp_path, {}) as rec:
+    with Store() as store, standalone(store, "eval", tmp_path, ServeConfig(), {"tasks": "arc_easy"}) as rec:
         rec.finish(run.model_dump(mode="json"), run.results_file)
     assert evals_results.find_baseline(tmp_path, like=run).results_file == str(folder / "20261129T000000Z.json")
     other = _run(_task("arc_easy", 0.45, 0.02, n_shot=5))

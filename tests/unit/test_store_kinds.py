@@ -167,3 +167,48 @@ def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_di
     assert {k: r.result["kind"] for k, r in records.items()} == {k: f"quantkit.{k}" for k in records}
     assert all(r.status == "done" and r.result_path == f"/r/{k}.json" for k, r in records.items())
     assert points == {"capacity": 1, "bench": 2, "eval": 0}
+
+
+def test_stored_run_keys_stay_what_they_are(monkeypatch):
+    """The keys of records already stored, written out: a change to what goes into a key (or to a
+    setting's default) would make every stored run of that kind run again. Pinned from main
+    2e61afa; a deliberate key change updates these and says so."""
+    from pathlib import Path
+
+    from quantkit.measure import tune
+    from quantkit.pipeline.stages import RunContext, measure_keys
+    from quantkit.recipe import RunRecipe
+
+    plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", tune={"budget": 3})
+    common = {"hardware": "h", "quantkit": "0"}
+    ctx = RunContext(plan=plan, model=None, force=False, vllm="0.32.0", common=common)
+    assert measure_keys(ctx, "sha256:fp") == [("capacity", "428f7cf23eb1743958c1"), ("bench", "3f3f8cbccd78b5f8ab97"),
+                                              ("eval", "339fa5d102801b87497e")]
+    monkeypatch.setattr("quantkit.checkpoint.fingerprint", lambda folder: "sha256:fp")
+    study = tune.study_key(Path("/m"), plan.slo_object(), plan.capacity, plan.tune, {"max_num_seqs": [64, 128]},
+                           plan.serve, "0.32.0", common)
+    assert (study, run_key("tune", study=study, budget=3)) == ("4de844ef2c44c05a731f", "19a80706c4ca70270ae3")
+
+
+def test_a_standalone_command_and_a_run_stage_record_one_params_shape(tmp_path):
+    """`quantkit bench --capacity` and a run's capacity stage: the report reads a record's
+    workload from its params, so both build them through the kind's one `params`."""
+    from quantkit.measure.capacity import CapacitySettings
+    from quantkit.recipe import RunRecipe
+    from quantkit.serve.config import ServeConfig
+    from quantkit.store import standalone
+
+    plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", capacity={"input_len": 64, "profile": "poisson"})
+    (tmp_path / "config.json").write_text("{}")
+    ran = stage_kind("capacity").load_runner().params(plan, tmp_path.resolve(), "fp")
+    with Store(tmp_path / "results.db") as store:
+        with standalone(store, "capacity", tmp_path, ServeConfig(), CapacitySettings(input_len=64, profile="poisson"),
+                        slo=plan.slo, url=None) as rec:
+            rec.finish({"kind": "quantkit.capacity"})
+        alone = store.records(kind="capacity")[0].params
+    assert set(alone) == set(ran) | {"standalone", "url"}
+    assert {k: alone[k] for k in ran if k != "fingerprint"} == {k: v for k, v in ran.items() if k != "fingerprint"}
+    assert alone["fingerprint"].startswith("sha256:")
+    tune = stage_kind("tune").params(tmp_path, "fp", plan.serve, plan.tune or {"budget": 1}, study="s", slo=plan.slo,
+                                     capacity=plan.capacity.model_dump(mode="json"))
+    assert set(tune) == {"checkpoint", "fingerprint", "serve", "tune", "study", "slo", "capacity"}
