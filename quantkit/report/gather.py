@@ -151,6 +151,12 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     convert_result = records.read(ConvertRecord, convert.result) if convert else None
     capacity, tune = stages.get("capacity"), stages.get("tune")
     capacity_result = records.read(CapacityResult, capacity.result) if capacity is not None else None
+    if capacity is not None and capacity.status != "done":
+        # keep what finished: a search cut short still has its ladder, judged from its own points
+        capacity_result = unfinished_ladder(store, capacity)
+        if capacity_result is not None:
+            shown = f" (shown: the {len(capacity_result.points)} points it measured)"
+            problems = [p + shown if p.startswith("capacity ") else p for p in problems]
     model_dir = convert_result.output_dir if convert_result is not None else None
     model_dir = model_dir or next((r.params.get("checkpoint") for r in (bench, eval_, stages.get("capacity"))
                                    if r is not None and r.params.get("checkpoint")), "")
@@ -166,16 +172,32 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
         described = next((records.read(model, r.result).checkpoint for r, model in ((bench, BenchRun), (capacity, CapacityResult))
                           if r is not None and r.result), None)
         method = method_of(described) or "bf16"
-    status = "done" if not problems else ("partial" if bench_result or (eval_ and eval_.status == "done") else "failed")
+    status = "done" if not problems else ("partial" if bench_result or capacity_result or (eval_ and eval_.status == "done")
+                                          else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline or a checkpoint brought in
         size = weight_bytes(Path(model_dir))
     return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size, baseline=name == "baseline",
-                   capacity=capacity_result if capacity is not None and capacity.status == "done" else None,
+                   capacity=capacity_result,
                    tune=tune.result if tune is not None and tune.status == "done" else None,
                    convert=convert_result if convert and convert.status == "done" else None,
                    bench=bench_result, eval=eval_.result if eval_ and eval_.status == "done" else None,
                    recovery=recovery, status=status, error="; ".join(problems) or None)
+
+
+def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
+    """An interrupted or failed steady-state search as far as it got: its stored points judged under
+    its own SLO (measure/ladder.py), so the figures are its ladder's, never a finished search's
+    claim; None when it kept no result or no steady-state points (a burst)."""
+    from ..measure.ladder import rederive
+    from ..measure.slo import parse_slo
+
+    if not record.result or not (points := store.points(record.id)):
+        return None
+    try:
+        return rederive(record.result, points, parse_slo(record.result.get("slo") or "")).result
+    except (UsageError, ValueError):
+        return None
 
 
 def environment(variants: list[Variant]) -> dict[str, Any]:

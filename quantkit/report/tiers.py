@@ -33,6 +33,8 @@ class TierResult(BaseModel):
     notes: list[str] = Field(default_factory=list)
     decision: Decision | None = None
     ratio_bracket: tuple[float | None, float | None] | None = None  # the winner's / bf16's, lowest and highest
+    # variants whose ladder does not reach this tier and might beat the winner: the tier is inconclusive
+    open: list[str] = Field(default_factory=list)
 
 
 def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variants: list[Any],
@@ -56,6 +58,7 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
     for tier in TIERS.values():
         slo = parse_slo(tier.slo)
         result = TierResult(name=tier.name, slo=str(slo), source=tier.source)
+        lowest: dict[str, float] = {}  # a ladder that starts above the tier's capacity: its lowest load
         for v in variants:
             if v.name not in ladders:
                 continue
@@ -66,6 +69,8 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
                 continue  # a burst ladder: the main table labels it; a tier cannot be judged on it
             result.cells[v.name] = capacity_cell(derived.result)
             result.coverage[v.name] = derived.coverage
+            if derived.coverage in ("below", "undecided"):
+                lowest[v.name] = derived.steps[0].load
             if derived.note:
                 result.notes.append(f"{v.name}: {derived.note}")
         if not result.cells or all(c.slo == str(slo) for c in measured.values()):
@@ -73,8 +78,21 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
         tier_rows = [r.model_copy(update={"capacity": result.cells.get(r.name), "capacity_tuned": None}) for r in rows]
         result.decision = decide(tier_rows)
         result.ratio_bracket = _ratio_bracket(result.decision)
+        result.open = _open_rivals(result.decision, lowest)
         out.append(result)
-    return out if len(out) > 1 else []  # the measured SLO alone is the capacity table's
+    return out if len(out) > 1 else []
+
+
+def _open_rivals(d: Decision, lowest: dict[str, float]) -> list[str]:
+    """The variants a tier's ladders cannot rank against its winner: each one's capacity lies below
+    its ladder's lowest point (or no point decides), which is above the winner's capacity, so it may
+    be higher. (On the H200, fp8+kv-fp8's ladder began at 40 req/s, which breaks the interactive
+    tier; bf16's passed it at 30: bf16 was named the winner of a comparison never made.)"""
+    if d.recommended is None:
+        return []
+    won = d.recommended.cell.load or 0.0
+    return [f"{name} (its ladder begins at {low:g}, above {d.recommended.variant}'s {won:g})"
+            for name, low in lowest.items() if name != d.recommended.variant and low > won]  # the measured SLO alone is the capacity table's
 
 
 def _ratio_bracket(d: Decision) -> tuple[float | None, float | None] | None:
@@ -128,9 +146,11 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
         d = t.decision
         winner = (d.recommended.variant + (" (tie)" if "tie within" in d.summary else "")
                   if d is not None and d.recommended is not None else "none")
+        if t.open:
+            winner = "inconclusive: " + ", ".join(o.split(" (")[0] for o in t.open) + " not covered"
         rows.append([f"{t.name}: {t.slo}", *(_cell_text(t.cells.get(n), t.coverage.get(n), price_per_hour)
                                              for n in names),
-                     winner, ratio_text(t.ratio_bracket)])
+                     winner, DASH if t.open else ratio_text(t.ratio_bracket)])
     sources = "; ".join(f"{t.name}: {t.source}" for t in tiers)
     # what each ladder cannot tell under a tier, and the command that would cover it
     to_cover = " ".join(f"{t.name}, {n}" for t in tiers for n in t.notes)
@@ -152,7 +172,10 @@ def tier_lines(tiers: list[TierResult]) -> list[str]:
     out = []
     for t in tiers:
         d = t.decision
-        if d is not None and d.recommended is not None:
+        if t.open:
+            out.append(f"under {t.name} ({t.slo}): inconclusive, {'; '.join(t.open)}: measure lower to rank "
+                       f"{'it' if len(t.open) == 1 else 'them'} (the caption says how)")
+        elif d is not None and d.recommended is not None:
             tie = " (a tie: see the notes)" if "tie within" in d.summary else ""
             out.append(f"under {t.name} ({t.slo}): {d.recommended.variant}{tie} at "
                        f"{d.recommended.cell.load_text()}, {ratio_text(t.ratio_bracket)} bf16 on vLLM defaults")

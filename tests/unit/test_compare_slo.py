@@ -154,3 +154,32 @@ def test_the_tier_table_says_what_to_run_to_cover_a_tier_in_the_markdown_too():
     assert f"Not covered: mlperf-server, baseline: {note}" in caption
     assert rows[1][1] == "undecided (too few requests)"
     assert "Not covered" not in tier_table(tiers[:1] + [tiers[1].model_copy(update={"notes": []})])[3]
+
+
+def test_an_interrupted_search_keeps_its_ladder(tmp_path):
+    """A search cut short (the H200 went back mid-search) is shown from the points it measured, as
+    `partial`, judged under its own SLO: not hidden as failed, never a finished search."""
+    result, stored = ladder([1, 2, 4, 4.4], ttft_per_rate=0.1, slo="ttft_p95=0.5", model_dir="/models/m-baseline")
+    unfinished = result.model_dump(mode="json", exclude={"path"})
+    unfinished.update(capacity=None, search=None, complete=False)  # as the export stands before the search ends
+    with Store(tmp_path / "results.db") as s:
+        rec = s.begin(run_key("capacity", v="baseline"), "capacity", "m", "baseline", {"checkpoint": "/models/m-baseline"})
+        for p in stored:
+            s.add_point(rec, p)
+        s.fail(rec, "interrupted", status="interrupted", result=unfinished)
+        out = compare(s, model="m", out_dir=tmp_path / "r")
+    (row,) = out["report"].rows
+    assert row.status == "partial" and "shown: the 4 points it measured" in (row.error or "")
+    assert (row.capacity.load, row.capacity.ceiling) == (4, 4.4)  # TTFT p95 0.48 s at 4, 0.53 at 4.4
+
+
+def test_a_tier_whose_rival_ladder_begins_above_the_winner_is_inconclusive():
+    from quantkit.report.decision import Candidate, CapacityCell, Decision
+    from quantkit.report.tiers import _open_rivals
+
+    won = Candidate(variant="baseline", method="bf16", cell=CapacityCell(config="defaults", slo="s", load=30.0))
+    d = Decision(status="recommended", summary="deploy baseline", recommended=won)
+    # fp8's ladder began at 40 (breaks the tier): its capacity lies below 40, perhaps above 30
+    assert _open_rivals(d, {"fp8": 40.0}) == ["fp8 (its ladder begins at 40, above baseline's 30)"]
+    assert _open_rivals(d, {"fp8": 20.0}) == []  # below 20 < 30: baseline is ahead whatever it is
+    assert _open_rivals(d, {"baseline": 40.0}) == []
