@@ -79,8 +79,13 @@ def import_result(store: Store, path: Path, model: str | None = None, variant: s
     record_id = store.begin(key, kind, model, variant, params)
     for point in data.get("points", []) if kind in POINT_KINDS else []:
         store.add_point(record_id, point)
-    store.finish(record_id, data, str(path.resolve()))
-    return {"file": str(path), "kind": kind, "model": model, "variant": variant, "run_key": key, "imported": True}
+    if data.get("complete") is False:  # an export written while its run went on, that never finished
+        store.fail(record_id, "the run had not finished when this file was written (complete: false)",
+                   status="interrupted", result=data)
+    else:
+        store.finish(record_id, data, str(path.resolve()))
+    return {"file": str(path), "kind": kind, "model": model, "variant": variant, "run_key": key, "imported": True,
+            **({"note": "unfinished: stored as interrupted"} if data.get("complete") is False else {})}
 
 
 @contextmanager

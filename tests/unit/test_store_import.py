@@ -61,6 +61,18 @@ def test_import_is_stored_once_and_compare_sees_it(tmp_path):
         assert record.params["imported_from"] == str(path.resolve())
 
 
+def test_an_unfinished_export_is_stored_as_interrupted(tmp_path):
+    """A results-dir JSON is rewritten after every point: one copied before its run ended says
+    complete: false, and is never stored as a finished (`done`) record."""
+    path = bench_json(tmp_path)
+    path.write_text(json.dumps({**json.loads(path.read_text()), "complete": False}))
+    with Store(tmp_path / "r.db") as store:
+        row = import_result(store, path)
+        (record,) = store.records(model="llama8b-random")
+        assert record.status == "interrupted" and "complete: false" in record.error and row["note"].startswith("unfinished")
+        assert len(store.points(record.id)) == 2  # what it measured is kept
+
+
 def test_labels_can_be_given(tmp_path):
     path = bench_json(tmp_path, model_name="llama8b-random", method="none")
     with Store(tmp_path / "r.db") as store:
