@@ -51,40 +51,31 @@ def smollm2_dir(quantkit_home) -> Path:
     return models.resolve("smollm2-135m").path
 
 
+def _tiny_llama(out: Path, tokenizer_from: Path, hidden: int, mlp: int, heads: int, kv_heads: int) -> Path:
+    """A 2-layer Llama with random weights (seed 0) and SmolLM2's tokenizer (ids below its 49,152)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=49152, hidden_size=hidden, intermediate_size=mlp, num_hidden_layers=2,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=64, max_position_embeddings=2048,
+        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2, rms_norm_eps=1e-5,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
+    AutoTokenizer.from_pretrained(tokenizer_from).save_pretrained(out)
+    return out
+
+
 @pytest.fixture(scope="session")
 def tiny_llama_dir(smollm2_dir, tmp_path_factory) -> Path:
     """A 2-layer Llama with SmolLM2's tokenizer and random weights: calibrated methods finish in
     seconds on 2 cores. Hidden size 576 keeps SmolLM2's awkward shape (group 128 does not fit)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("tiny-llama")
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=2,
-        num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=2048,
-        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2, rms_norm_eps=1e-5,
-    )
-    torch.manual_seed(0)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(out)
-    AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(out)
-    return out
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"), smollm2_dir, 576, 1536, 9, 3)
 
 
 @pytest.fixture(scope="session")
 def tiny_llama128_dir(smollm2_dir, tmp_path_factory) -> Path:
     """tiny_llama_dir's twin with layer sizes 128 divides (hidden 256, MLP 512): W4A8-FP8 takes group
     128 only (vLLM's kernel), which SmolLM2's 576 refuses."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    out = tmp_path_factory.mktemp("tiny-llama128")
-    config = LlamaConfig(
-        vocab_size=49152, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=2048,
-        tie_word_embeddings=True, bos_token_id=1, eos_token_id=2, pad_token_id=2, rms_norm_eps=1e-5,
-    )
-    torch.manual_seed(0)
-    LlamaForCausalLM(config).to(torch.bfloat16).save_pretrained(out)
-    AutoTokenizer.from_pretrained(smollm2_dir).save_pretrained(out)
-    return out
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama128"), smollm2_dir, 256, 512, 4, 2)
