@@ -339,10 +339,10 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         info(f"{prefix}  {what}: {describe_point(point)}")
         return point
 
-    def search(measure: Callable[[float], Verdict], start: float | None, known=None) -> CapacitySearch:
+    def search(measure: Callable[[float], Verdict], start: float | None) -> CapacitySearch:
         return search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
                                integer=profile.kind.integer, start=start,
-                               max_growth=STEADY_GROWTH if profile.steady else 8.0, known=known)
+                               max_growth=STEADY_GROWTH if profile.steady else 8.0)
 
     try:
         if start is None and profile.kind.open_loop:  # begin near 4 requests in flight, not at the range's floor
@@ -374,8 +374,7 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
         step = judged.get(float(load)) or judge_step(kept[float(load)], slo, window)
         return Verdict.of_window(step.state, step.margin)
 
-    known = {x: Verdict.of_window(s.state, s.margin) for x, s in judged.items()}
-    found = search(measure, start_from(list(judged.values())) or near, known)
+    found = search(measure, start_from(list(judged.values())) or near)
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
     return found

@@ -190,7 +190,7 @@ def outcome(search: CapacitySearch | None) -> str:
 
 def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: float = 1024,
                     tolerance: float = 0.10, integer: bool = True, start: float | None = None,
-                    max_growth: float = 8.0, known: dict[float, Verdict] | None = None) -> CapacitySearch:
+                    max_growth: float = 8.0) -> CapacitySearch:
     """Grow the load until the SLO breaks, then narrow the bracket [pass, fail] until
     fail <= pass * (1 + tolerance) (or, for integer loads, fail = pass + 1).
 
@@ -203,10 +203,6 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
     within (1 + tolerance)^2 one load in its geometric middle settles it either way.
     `start` begins elsewhere than `lo` (a cheap probe's capacity): the search then walks down
     as well as up. Every load is measured once; a point that is not trusted ends the search.
-    `known`: verdicts of loads measured before (a ladder judged under another SLO): the search goes
-    on from them and measures only what they do not settle. (Without them, a span search that began
-    at the ladder's pass grew past the saturated loads right above it: 83 req/s after 44 and 48 had
-    saturated, on the H200.)
     """
     if lo <= 0 or hi < lo:
         raise UsageError(f"bad capacity range {lo:g}..{hi:g}")
@@ -244,29 +240,11 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
     def done(p: float, f: float) -> bool:
         return f <= p * step + 1e-9 or (integer and f - p <= 1)
 
-    for load, v in sorted((known or {}).items()):
-        steps[float(load)] = CapacityStep(load=float(load), passed=v.passed, margin=v.margin, trusted=v.trusted,
-                                          decided=v.decided, state=v.state)
-    trusted = [s for s in steps.values() if s.trusted]
-    bad: float | None = min((s.load for s in trusted if not s.passed), default=None)  # lowest failing load
-    good: float | None = max((s.load for s in trusted if s.passed and (bad is None or s.load < bad)),
-                             default=None)  # highest passing load (below every failure)
+    good: float | None = None  # highest passing load
+    bad: float | None = None  # lowest failing load
     x = norm(start if start is not None else lo)
-    if x in steps and steps[x].trusted:  # the known loads hold the start: go on from what they settle
-        if good is not None and bad is not None and done(good, bad):
-            x = _below_undecided(steps, step, norm) or x
-            if x in steps:
-                return result(good, bad, "bracketed")
-        elif good is not None and good >= hi:
-            return result(good, None, "max_reached")
-        elif bad is not None and bad <= lo:
-            return result(None, bad, "below_min")
-        else:
-            x = _next_load(steps, good, bad, lo, hi, step, max_growth, False, integer, norm)
     unhalved = 0
     while True:
-        if x in steps and not steps[x].trusted:
-            return result(good, bad, "untrusted")
         if x in steps:  # nothing new left to measure (integer loads next to both ends)
             reason = "bracketed" if good is not None and bad is not None else (
                 "below_min" if good is None else "max_reached")

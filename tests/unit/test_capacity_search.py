@@ -169,29 +169,3 @@ def test_a_window_verdict_reads_the_same_measured_now_or_judged_again_from_the_l
         assert (v.passed, v.margin, v.decided, v.state, v.trusted) == (passed, kept_margin, decided, kept_state,
                                                                         trusted), state
     assert Verdict.of_window("pass", 0.5, trusted=False).trusted is False
-
-
-# -- a search that goes on from loads measured before (a span judged on the main SLO's ladder)
-
-def test_known_loads_that_settle_the_bracket_measure_nothing():
-    # the H200's fp8+kv-fp8 ladder: 40 passed, 43.83 and 48.02 saturated; the span search began at
-    # 40 and, knowing nothing of the two above, measured 83.53 and 57.8 (both saturated)
-    known = {40.0: Verdict.of_window("pass", 0.8), 43.83: Verdict.of_window("saturated", None),
-             48.02: Verdict.of_window("saturated", None)}
-    found, calls = search(lambda c: 0.5, hi=128, integer=False, start=40.0, known=known)
-    assert calls == [] and found.capacity == 40.0 and found.ceiling == 43.83 and found.reason == "bracketed"
-
-
-def test_known_loads_bound_where_the_search_goes():
-    known = {30.0: Verdict.of_window("pass", 0.5), 48.0: Verdict.of_window("saturated", None),
-             81.0: Verdict.of_window("saturated", None)}
-    found, calls = search(lambda c: c / 36, hi=128, integer=False, start=30.0, known=known)
-    assert calls and all(30 < c < 48 for c in calls), calls  # inside the bracket the ladder holds
-    assert 30 <= found.capacity <= 36 and found.ceiling <= 48 and found.reason == "bracketed"
-    assert not set(calls) & set(known)  # no load measured twice
-
-
-def test_a_known_untrusted_start_ends_the_search_as_before():
-    known = {10.0: Verdict.of_window("untrusted", 0.5, trusted=False)}
-    found, calls = search(lambda c: c / 20, hi=64, integer=False, start=10.0, known=known)
-    assert calls == [] and found.reason == "untrusted"
