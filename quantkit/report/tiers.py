@@ -34,7 +34,7 @@ class TierResult(BaseModel):
     decision: Decision | None = None
     ratio_bracket: tuple[float | None, float | None] | None = None  # the winner's / bf16's, lowest and highest
     # variants whose ladder does not reach this tier and might beat the winner: the tier is inconclusive
-    open: list[str] = Field(default_factory=list)
+    open: dict[str, str] = Field(default_factory=dict)  # variant -> why it cannot be ranked
 
 
 def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variants: list[Any],
@@ -80,19 +80,19 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
         result.ratio_bracket = _ratio_bracket(result.decision)
         result.open = _open_rivals(result.decision, lowest)
         out.append(result)
-    return out if len(out) > 1 else []
+    return out if len(out) > 1 else []  # the measured SLO alone is the capacity table's
 
 
-def _open_rivals(d: Decision, lowest: dict[str, float]) -> list[str]:
+def _open_rivals(d: Decision, lowest: dict[str, float]) -> dict[str, str]:
     """The variants a tier's ladders cannot rank against its winner: each one's capacity lies below
     its ladder's lowest point (or no point decides), which is above the winner's capacity, so it may
     be higher. (On the H200, fp8+kv-fp8's ladder began at 40 req/s, which breaks the interactive
     tier; bf16's passed it at 30: bf16 was named the winner of a comparison never made.)"""
     if d.recommended is None:
-        return []
+        return {}
     won = d.recommended.cell.load or 0.0
-    return [f"{name} (its ladder begins at {low:g}, above {d.recommended.variant}'s {won:g})"
-            for name, low in lowest.items() if name != d.recommended.variant and low > won]  # the measured SLO alone is the capacity table's
+    return {name: f"its ladder begins at {low:g}, above {d.recommended.variant}'s {won:g}"
+            for name, low in lowest.items() if name != d.recommended.variant and low > won}
 
 
 def _ratio_bracket(d: Decision) -> tuple[float | None, float | None] | None:
@@ -147,7 +147,7 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
         winner = (d.recommended.variant + (" (tie)" if "tie within" in d.summary else "")
                   if d is not None and d.recommended is not None else "none")
         if t.open:
-            winner = "inconclusive: " + ", ".join(o.split(" (")[0] for o in t.open) + " not covered"
+            winner = "inconclusive: " + ", ".join(t.open) + " not covered"
         rows.append([f"{t.name}: {t.slo}", *(_cell_text(t.cells.get(n), t.coverage.get(n), price_per_hour)
                                              for n in names),
                      winner, DASH if t.open else ratio_text(t.ratio_bracket)])
@@ -173,7 +173,8 @@ def tier_lines(tiers: list[TierResult]) -> list[str]:
     for t in tiers:
         d = t.decision
         if t.open:
-            out.append(f"under {t.name} ({t.slo}): inconclusive, {'; '.join(t.open)}: measure lower to rank "
+            why = "; ".join(f"{name} ({reason})" for name, reason in t.open.items())
+            out.append(f"under {t.name} ({t.slo}): inconclusive, {why}: measure lower to rank "
                        f"{'it' if len(t.open) == 1 else 'them'} (the caption says how)")
         elif d is not None and d.recommended is not None:
             tie = " (a tie: see the notes)" if "tie within" in d.summary else ""

@@ -180,6 +180,6 @@ def test_a_tier_whose_rival_ladder_begins_above_the_winner_is_inconclusive():
     won = Candidate(variant="baseline", method="bf16", cell=CapacityCell(config="defaults", slo="s", load=30.0))
     d = Decision(status="recommended", summary="deploy baseline", recommended=won)
     # fp8's ladder began at 40 (breaks the tier): its capacity lies below 40, perhaps above 30
-    assert _open_rivals(d, {"fp8": 40.0}) == ["fp8 (its ladder begins at 40, above baseline's 30)"]
-    assert _open_rivals(d, {"fp8": 20.0}) == []  # below 20 < 30: baseline is ahead whatever it is
-    assert _open_rivals(d, {"baseline": 40.0}) == []
+    assert _open_rivals(d, {"fp8": 40.0}) == {"fp8": "its ladder begins at 40, above baseline's 30"}
+    assert _open_rivals(d, {"fp8": 20.0}) == {}  # below 20 < 30: baseline is ahead whatever it is
+    assert _open_rivals(d, {"baseline": 40.0}) == {}
