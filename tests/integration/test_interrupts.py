@@ -142,13 +142,14 @@ def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
                          ids=["int-1", "int-2", "int-3", "int-4", "term-1", "term-2", "kill"])
 def test_signal_mid_point_against_a_running_server(shared, smollm2_dir, tmp_path, sig):
     log = tmp_path / "stderr.txt"
-    # c=4 first (about 2 s), then c=1: its 8 requests one after another last 6 s or more, so the signal
-    # lands inside the second point (with c=1,4 the short c=4 point could end before the signal did)
-    proc = start(["bench", smollm2_dir, "--url", shared.url, "-c", "4,1", "-n", "8", "--output-len", "48",
+    # c=4 first (a few seconds), then c=1: its 8 requests of 128 tokens one after another last 15 s or
+    # more, so the signal lands inside the second point (with c=1,4 the short c=4 point could end before
+    # the signal did; with 48 tokens CI's busy machine once saw the whole c=1 point end unseen)
+    proc = start(["bench", smollm2_dir, "--url", shared.url, "-c", "4,1", "-n", "8", "--output-len", "128",
                   "--input-len", "32", "--warmup", "0", "--results-dir", tmp_path], tmp_path, log)
     try:
         wait_for(log, "point concurrency 1", proc)  # the first point is done and stored
-        wait_busy(shared.url, lambda: proc.poll() is None)  # the second point's request in flight
+        wait_busy(shared.url, lambda: proc.poll() is None, log=log)  # the second point's request in flight
         rc, _ = interrupt(proc, sig)
     finally:
         if proc.poll() is None:
@@ -173,7 +174,7 @@ def test_signal_mid_point_with_its_own_server(smollm2_dir, tmp_path, sig):
     try:
         wait_for(log, "point concurrency 2", proc)
         server = descendants(proc.pid)
-        wait_busy(url_in(log), lambda: proc.poll() is None)  # its requests in flight
+        wait_busy(url_in(log), lambda: proc.poll() is None, log=log)  # its requests in flight
         rc, _ = interrupt(proc, sig)
     finally:
         if proc.poll() is None:
