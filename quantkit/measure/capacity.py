@@ -339,8 +339,9 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         info(f"{prefix}  {what}: {describe_point(point)}")
         return point
 
-    def search(measure: Callable[[float], Verdict], start: float | None) -> CapacitySearch:
-        return search_capacity(measure, lo=settings.start, hi=settings.max, tolerance=settings.tolerance,
+    def search(measure: Callable[[float], Verdict], start: float | None, hi: float | None = None) -> CapacitySearch:
+        return search_capacity(measure, lo=settings.start, hi=settings.max if hi is None else hi,
+                               tolerance=settings.tolerance,
                                integer=profile.kind.integer, start=start,
                                max_growth=STEADY_GROWTH if profile.steady else 8.0)
 
@@ -350,7 +351,8 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         found = search(lambda load: verdict_of(measure_at(load, slo), slo), start)
         for name, extra in spans:  # the main SLO's answer is `found`, whatever points the spans add
             spanned = span_search(extra, name, kept, window, search,
-                                  lambda load, x=extra, n=name: measure_at(load, x, f" (for {n})"), found.capacity)
+                                  lambda load, x=extra, n=name: measure_at(load, x, f" (for {n})"), found.capacity,
+                                  settings.start)
             result.spans[name] = spanned.model_dump(mode="json", include={"capacity", "ceiling", "reason"})
             result.write()
     finally:
@@ -363,7 +365,8 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
 
 
 def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: WindowSettings, search: Callable,
-                measure_at: Callable[[float], BenchPoint], near: float | None) -> CapacitySearch:
+                measure_at: Callable[[float], BenchPoint], near: float | None,
+                search_floor: float = 0.0) -> CapacitySearch:
     """Search the ladder for `slo` too: a load the ladder holds is judged again from its requests
     (ladder.judge_step), only the loads it lacks are measured (and judged live under `slo`)."""
     judged = {x: judge_step(p, slo, window) for x, p in kept.items()}  # each stored point judged once
@@ -374,7 +377,11 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
         step = judged.get(float(load)) or judge_step(kept[float(load)], slo, window)
         return Verdict.of_window(step.state, step.margin)
 
-    found = search(measure, start_from(list(judged.values())) or near)
+    # a load the server could not keep up with fails every SLO, and so does any load above it: the span
+    # searches below the ladder's lowest saturated load (on the H200, starting blind at fp8's pass at
+    # 40 req/s, it grew to 83.5 and 57.8, both saturated, although 43.8 and 48 had saturated already)
+    saturated = [x for x, s in judged.items() if s.state == "saturated" and x > search_floor]
+    found = search(measure, start_from(list(judged.values())) or near, min(saturated, default=None))
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
     return found

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from fixtures.ladders import ladder
+from fixtures.ladders import WINDOW, ladder, point
 
 from quantkit.errors import UsageError
 from quantkit.measure.capacity import CapacitySettings
@@ -67,3 +67,27 @@ def test_points_too_short_for_a_p99_are_undecided_not_below_the_ladder():
     assert [s.state for s in out.steps] == ["undecided", "undecided", "undecided", "fail"]
     assert out.coverage == "undecided" and out.result.capacity is None
     assert "below 8 req/s offered decides ttft_p99=0.7" in out.note and "quantkit bench" in out.note
+
+
+def test_a_span_search_stays_below_the_ladders_lowest_saturated_load():
+    # the H200's fp8 ladder: 40 req/s passed, 44 and 48 saturated; a span search for a looser tier
+    # started at 40 and, blind to the rest, grew to 83.5 and 57.8 req/s (both saturated, as any load
+    # above 44 is): now it stays below 44, so the ladder it has answers the tier without a new point
+    from quantkit.measure.capacity import span_search
+    from quantkit.measure.point import BenchPoint
+    from quantkit.measure.search import search_capacity
+
+    kept = {x: BenchPoint.model_validate(point(x, ttft_per_rate=0.001, saturated=x > 40)) for x in (40.0, 44.0, 48.0)}
+    asked = []
+
+    def measure_at(load):
+        asked.append(load)
+        kept[float(load)] = BenchPoint.model_validate(point(load, ttft_per_rate=0.001, saturated=load > 40))
+        return kept[float(load)]
+
+    def search(measure, start, hi=None):
+        return search_capacity(measure, lo=1, hi=128 if hi is None else hi, tolerance=0.1, integer=False, start=start,
+                               max_growth=2.0)
+
+    found = span_search(parse_slo("ttft_p95=2"), "a looser tier", kept, WINDOW, search, measure_at, 40.0, 1.0)
+    assert (found.capacity, found.ceiling, found.reason, asked) == (40.0, 44.0, "bracketed", [])
