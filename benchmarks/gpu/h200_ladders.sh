@@ -23,8 +23,11 @@
 # with Ctrl-C (its points so far are stored: the store is brought back, not only the JSONs).
 #
 # Settings (environment of `start`): VARIANTS (in order, each skipped when fewer than MIN_LEFT s
-# remain), label:config:start[:serve flags], e.g. "fp8+kv-fp8:fp8:40:--kv-cache-dtype=fp8";
-# WINDOW ("MIN,MAX,WARMUP" seconds of a point's window), TOLERANCE, SLO, LENS (IN/OUT tokens).
+# remain), label:config:start[:serve flags, comma-separated[:IN/OUT]], e.g.
+# "fp8+kv-fp8:fp8:40:--kv-cache-dtype=fp8" or "long-bf16:bf16:2.5::4096/512" (--max-model-len 8192
+# once IN+OUT passes 4,096); WINDOW ("MIN,MAX,WARMUP" seconds of a point's window), TOLERANCE, SLO,
+# LENS (IN/OUT tokens where a variant names none), SPANS (the tiers each ladder also answers; a
+# tier the store can judge later need not be searched on the device: `quantkit compare --slo`).
 # Back here: `quantkit runs import cap-LABEL.json --model llama8b-shape --variant LABEL` for each,
 # then `quantkit compare --model llama8b-shape --accuracy-from smollm2-135m` (the README of the
 # session's report folder has the exact lines).
@@ -43,6 +46,7 @@ WINDOW=${WINDOW-20,60,8}
 TOLERANCE=${TOLERANCE-0.1}
 SLO=${SLO-ttft_p95=1,tpot_p95=50ms}
 LENS=${LENS-512/256}
+SPANS=${SPANS-mlperf-server interactive}
 MIN_LEFT=${MIN_LEFT-240}
 EXTRA=${EXTRA-}  # more `quantkit bench` options for every variant (e.g. --enforce-eager on the CPU)
 
@@ -66,7 +70,7 @@ start)
   if [ "$CFG" = /tmp/w8b ]; then
     python3 benchmarks/gpu/make_8b_configs.py $Q/tok .gpu/qconfigs $CFG bf16 fp8 int8 w4a16 w4a8-fp8 > /dev/null || exit 1
   fi
-  setsid nohup env VARIANTS="$VARIANTS" WINDOW="$WINDOW" TOLERANCE="$TOLERANCE" SLO="$SLO" LENS="$LENS" MIN_LEFT="$MIN_LEFT" \
+  setsid nohup env VARIANTS="$VARIANTS" WINDOW="$WINDOW" TOLERANCE="$TOLERANCE" SLO="$SLO" LENS="$LENS" SPANS="$SPANS" MIN_LEFT="$MIN_LEFT" \
     EXTRA="$EXTRA" CFG="$CFG" QK_PY="${QK_PY-python3}" bash $Q/h200_ladders.sh orchestrate > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
@@ -79,13 +83,16 @@ orchestrate)
   IFS=, read -r wmin wmax wwarm <<< "$WINDOW"
   for spec in $VARIANTS; do
     real_check
-    IFS=: read -r label cfg start flags <<< "$spec"
+    IFS=: read -r label cfg start flags lens <<< "$spec"
     [ "$(left)" -gt "$MIN_LEFT" ] || { log "$label: skipped, $(left) s left"; continue; }
     serve=(); for f in ${flags//,/ }; do serve+=("$f"); done
-    log "$label: start ($CFG/llama8b-$cfg from $start req/s ${serve[*]})"
-    timeout -s INT -k 60 $(( $(left) - 5 )) "${QK[@]}" bench $CFG/llama8b-$cfg --load-format dummy --max-model-len 4096 \
-      --capacity --capacity-profile poisson --slo "$SLO" --span mlperf-server --span interactive \
-      --input-len ${LENS%/*} --output-len ${LENS#*/} --capacity-start "$start" --capacity-max 128 --tolerance "$TOLERANCE" \
+    spans=(); for s in $SPANS; do spans+=(--span "$s"); done
+    lens=${lens:-$LENS}; in=${lens%/*}; out=${lens#*/}
+    maxlen=4096; [ $(( in + out )) -le 4096 ] || maxlen=8192
+    log "$label: start ($CFG/llama8b-$cfg at $lens from $start req/s ${serve[*]})"
+    timeout -s INT -k 60 $(( $(left) - 5 )) "${QK[@]}" bench $CFG/llama8b-$cfg --load-format dummy --max-model-len $maxlen \
+      --capacity --capacity-profile poisson --slo "$SLO" "${spans[@]}" \
+      --input-len $in --output-len $out --capacity-start "$start" --capacity-max 128 --tolerance "$TOLERANCE" \
       --window-min "$wmin" --window-max "$wmax" --window-warmup "$wwarm" "${serve[@]}" $EXTRA \
       --results-dir $Q/res/cap-$label --json > $Q/res/cap-$label.json 2> $Q/logs/cap-$label.log
     log "$label: rc=$? $(grep -E '^(capacity|no capacity|bound)' $Q/logs/cap-$label.log | tr '\n' ' ' | cut -c1-300)"
