@@ -24,7 +24,7 @@ import itertools
 import math
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -65,6 +65,12 @@ class CapacitySettings(BaseModel):
     profile and no longer used."""
 
     model_config = {"extra": "forbid"}
+
+    # the fields stored run keys were made with (store.keyed): `span` came later, and a field added
+    # after it joins a key only once set, so the stores written before it keep their keys (and resume)
+    KEY_FIELDS: ClassVar[frozenset[str]] = frozenset({
+        "profile", "tolerance", "start", "max", "input_len", "output_len", "waves", "duration_s", "min_requests",
+        "max_requests", "seed", "warmup", "interval_s", "early_stop", "window"})
 
     profile: profiles.Name = "poisson"
     tolerance: float = Field(0.10, gt=0, lt=4)

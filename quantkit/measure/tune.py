@@ -198,10 +198,10 @@ def study_key(model_dir: Path, slo: Slo, capacity: CapacitySettings, settings: T
     """Everything that defines a study's trials; the budget is not part of it (a larger budget
     continues the same study)."""
     from .. import checkpoint
-    from ..store import run_key
+    from ..store import keyed, run_key
 
     return run_key("study", checkpoint=checkpoint.fingerprint(model_dir), slo=str(slo),
-                   capacity=capacity.model_dump(mode="json", exclude={"span"}), space=space, base=base.model_dump(mode="json"),
+                   capacity=keyed(capacity, mode="json", exclude={"span"}), space=space, base=keyed(base, mode="json"),
                    sampler=settings.sampler, seed=settings.seed, prune=settings.prune,
                    probe_tolerance=settings.probe_tolerance, vllm=vllm, **common)
 
@@ -222,7 +222,7 @@ def tune_study(store: RecordStore, *, model: str, variant: str, model_dir: Path,
     """Spend what is left of `settings.budget` server starts on the study `study`."""
     import optuna
 
-    from ..store import run_key
+    from ..store import keyed, run_key
 
     started = time.monotonic()
     model_dir = Path(model_dir).expanduser().absolute()
@@ -246,7 +246,7 @@ def tune_study(store: RecordStore, *, model: str, variant: str, model_dir: Path,
         trial = opt.ask(dists)
         params = {k: trial.params[k] for k in space}
         config = config_for(base, params)
-        key = run_key("trial", study=study, config=config.model_dump(mode="json"))
+        key = run_key("trial", study=study, config=keyed(config, mode="json"))
         known = next((t for t in trials if t.run_key == key or t.params == params), None)
         if known is not None:  # a repeated suggestion costs no server: the stored answer again
             _tell(opt, trial, known)

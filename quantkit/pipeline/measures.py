@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Protocol
 
-from ..store import run_key
+from ..store import keyed, run_key
 from ..store.kinds import stage_kind
 
 if TYPE_CHECKING:
@@ -52,21 +52,19 @@ class Measure:
 
 
 def capacity_key(ctx: "KeyContext", fingerprint: str) -> str:
-    # an empty span is left out, so that stores written before spans keep their keys (and resume)
-    settings = ctx.plan.capacity.model_dump(exclude=set() if ctx.plan.capacity.span else {"span"})
-    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=settings,
-                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=keyed(ctx.plan.capacity),
+                   serve=keyed(ctx.plan.serve), vllm=ctx.vllm, **ctx.common)
 
 
 def _bench_key(ctx: "KeyContext", fingerprint: str) -> str:
     return run_key("bench", checkpoint=fingerprint, bench=ctx.plan.bench.model_dump(),
-                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+                   serve=keyed(ctx.plan.serve), vllm=ctx.vllm, **ctx.common)
 
 
 def _eval_key(ctx: "KeyContext", fingerprint: str) -> str:
     # `grow` changes what happens after the eval, not its result: not part of its key
     return run_key("eval", checkpoint=fingerprint, eval=ctx.plan.eval.model_dump(exclude={"grow"}),
-                   serve=ctx.plan.serve.model_dump(), vllm=ctx.vllm, **ctx.common)
+                   serve=keyed(ctx.plan.serve), vllm=ctx.vllm, **ctx.common)
 
 
 def _run_capacity(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
@@ -104,6 +104,13 @@ class ServeConfig(BaseModel):
     # recipe keys may be spelled as the flags are (`max-num-seqs`) or as the fields (`max_num_seqs`)
     model_config = ConfigDict(extra="forbid", alias_generator=lambda name: name.replace("_", "-"),
                               validate_by_name=True, validate_by_alias=True)
+
+    # the fields stored run keys were made with: a field added after them joins a key only once set
+    # (store.keyed), so that adding a knob does not make every stored measurement run again
+    KEY_FIELDS: ClassVar[frozenset[str]] = frozenset({
+        "quantization", "gpu_memory_utilization", "max_num_seqs", "max_num_batched_tokens", "block_size",
+        "enable_chunked_prefill", "max_model_len", "kv_cache_dtype", "tensor_parallel_size",
+        "pipeline_parallel_size", "distributed_executor_backend", "load_format", "enforce_eager", "extra"})
 
     # every field but `extra` is a knob; its description is its flag's help text (cli/options.py)
     quantization: str | None = Field(None, description="vLLM --quantization (default: vLLM detects it from the checkpoint).")

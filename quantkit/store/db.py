@@ -27,7 +27,9 @@ import sqlite3
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
+
+from pydantic import BaseModel
 
 from .. import __version__, settings
 from ..errors import QuantkitError, UsageError
@@ -135,6 +137,17 @@ def now() -> str:
 def run_key(kind: str, **parts: Any) -> str:
     blob = json.dumps({"kind": kind, **parts}, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def keyed(model: BaseModel, *, mode: str = "python", exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """`model`'s dump for a run key: the fields of its class's `KEY_FIELDS` (those the stored keys
+    were made with) as they are, and a field added since only while it differs from its default. A
+    new setting then keeps every stored key, and what those keys name resumes instead of running
+    again (before, a new ServeConfig field changed every capacity, bench, eval and tune key)."""
+    first: frozenset[str] = getattr(type(model), "KEY_FIELDS")
+    fields = type(model).model_fields
+    return {k: v for k, v in model.model_dump(mode=mode, exclude=set(exclude)).items()
+            if k in first or getattr(model, k) != fields[k].get_default(call_default_factory=True)}
 
 
 def default_path() -> Path:

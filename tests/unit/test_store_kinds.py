@@ -212,3 +212,20 @@ def test_a_standalone_command_and_a_run_stage_record_one_params_shape(tmp_path):
     tune = stage_kind("tune").params(tmp_path, "fp", plan.serve, plan.tune or {"budget": 1}, study="s", slo=plan.slo,
                                      capacity=plan.capacity.model_dump(mode="json"))
     assert set(tune) == {"checkpoint", "fingerprint", "serve", "tune", "study", "slo", "capacity"}
+
+
+def test_a_setting_added_later_keeps_every_stored_key_until_it_is_set():
+    # a newcomer's timed pass added a ServeConfig knob and every stored capacity, bench and eval key
+    # changed with it (the keys hashed the whole dump, the new None field included)
+    from quantkit.measure.capacity import CapacitySettings
+    from quantkit.serve.config import ServeConfig
+    from quantkit.store import keyed
+
+    class Later(ServeConfig):
+        speculative_tokens: int | None = None
+
+    assert keyed(Later()) == keyed(ServeConfig()) and "speculative_tokens" not in keyed(Later())
+    assert keyed(Later(speculative_tokens=4))["speculative_tokens"] == 4
+    assert "span" not in keyed(CapacitySettings()) and keyed(CapacitySettings(span=["mlperf-server"]))["span"]
+    for model in (ServeConfig, CapacitySettings):  # a KEY_FIELDS name that is no field would be a typo
+        assert model.KEY_FIELDS <= set(model.model_fields), model.KEY_FIELDS - set(model.model_fields)
