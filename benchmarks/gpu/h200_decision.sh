@@ -66,8 +66,7 @@ DECISION=${DECISION-llama8b-decision}   # or llama8b-decision-tuned, llama8b-lon
 CONVERT=${CONVERT-llama8b-convert-8bit} # conversion recipes, run side by side (llama8b-convert-4bit: gptq, awq)
 SMOLLM2=${SMOLLM2-0}                    # 1: SmolLM2-135M's accuracy per method too (needs .gpu/smol/a and b)
 
-log() { echo "$(date +%T) $*"; }
-left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 
 step() {  # NAME MIN_SECONDS CMD...: run CMD (capped at the time left) if at least MIN_SECONDS remain
   local name=$1 need=$2; shift 2
@@ -140,20 +139,11 @@ orchestrate)
   touch $Q/all.done
   ;;
 wait)
-  end=$(( $(date +%s) + ${1:-60} ))
-  while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
-  echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
+  wait_done "${1:-60}"
   for f in random orchestrate; do [ -f $Q/logs/$f.log ] && { echo "[$f]"; tail -n 8 $Q/logs/$f.log; }; done
   for f in $Q/logs/agree.log $Q/logs/convert-*.log $Q/logs/smollm2-*.log $Q/logs/llama8b-*.log; do [ -f "$f" ] && { echo "[$(basename $f)]"; grep -v "^\s*$" "$f" | tail -n 4 | cut -c1-300; }; done
-  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
-  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-  [ -f $QUANTKIT_HOME/results.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-    $QUANTKIT_HOME/results.db "$OUT/results.db"
-  (cd / && find tmp/qk/res tmp/qk/logs tmp/qkhome/logs tmp/qkmodels -maxdepth 4 -type f \
-     \( -name '*.json' -o -name '*.log' -o -name '*.err' -o -name '*.txt' -o -name '*.md' -o -name '*.html' -o -name '*.png' -o -name '*.yaml' \) \
-     ! -name 'model.safetensors.index.json' ! -name 'tokenizer*' ! -name 'vocab.json' -size -8M \
-     | tar -czf "$OUT/results.tgz" -T -)
-  ls -la "$OUT"
+  store_out
+  pack_out 4 tmp/qk/res tmp/qk/logs tmp/qkhome/logs tmp/qkmodels -- ! -name 'model.safetensors.index.json' ! -name 'tokenizer*' ! -name 'vocab.json'
   ;;
 *) echo "usage: h200_decision.sh start EPOCH | wait SECONDS" >&2; exit 2 ;;
 esac

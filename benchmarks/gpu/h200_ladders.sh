@@ -50,8 +50,7 @@ SPANS=${SPANS-mlperf-server interactive}
 MIN_LEFT=${MIN_LEFT-240}
 EXTRA=${EXTRA-}  # more `quantkit bench` options for every variant (e.g. --enforce-eager on the CPU)
 
-log() { echo "$(date +%T) $*"; }
-left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 
 real_check() {  # a real W4A8-FP8 checkpoint (quantkit's, 2 layers), once it is here: loaded, generating?
   [ -d $Q/w4a8-real ] && [ ! -f $Q/res/real-w4a8.json ] || return 0
@@ -65,7 +64,7 @@ cmd=${1:-}; shift || true
 case $cmd in
 start)
   # quantkit copied out of the checkout: a later call's transfer replaces the checkout
-  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp benchmarks/gpu/h200_ladders.sh $Q/
+  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp benchmarks/gpu/h200_ladders.sh benchmarks/gpu/common.sh $Q/
   echo "$1" > $Q/deadline
   if [ "$CFG" = /tmp/w8b ]; then
     python3 benchmarks/gpu/make_8b_configs.py $Q/tok .gpu/qconfigs $CFG bf16 fp8 int8 w4a16 w4a8-fp8 > /dev/null || exit 1
@@ -102,20 +101,13 @@ orchestrate)
   touch $Q/all.done
   ;;
 wait)
-  end=$(( $(date +%s) + ${1:-60} ))
-  while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
-  echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
+  wait_done "${1:-60}"
   [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 12 $Q/logs/orchestrate.log; }
   for f in $Q/logs/cap-*.log; do
     [ -f "$f" ] && { echo "[$(basename $f)]"; grep -E 'offered:|ready in|^capacity|^no capacity|error' "$f" | tail -n 10 | cut -c1-300; }
   done
-  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
-  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-  [ -f $QUANTKIT_HOME/results.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-    $QUANTKIT_HOME/results.db "$OUT/results.db"
-  (cd / && find tmp/qk/res tmp/qk/logs tmp/qkhome/logs -maxdepth 3 -type f \( -name '*.json' -o -name '*.log' -o -name '*.txt' \) -size -8M \
-     | tar -czf "$OUT/results.tgz" -T -)
-  ls -la "$OUT"
+  store_out
+  pack_out 3 tmp/qk/res tmp/qk/logs tmp/qkhome/logs
   ;;
 *) echo "usage: h200_ladders.sh start EPOCH | wait SECONDS   (stash: h200_steady.sh)" >&2; exit 2 ;;
 esac

@@ -42,8 +42,7 @@ SLO=${SLO-ttft_p95=1,tpot_p95=50ms}
 LENS=${LENS-512/256}  # input/output tokens
 SERVE_EXTRA=${SERVE_EXTRA-}  # more steady_agreement.py options for every variant (e.g. --eager on the CPU)
 
-log() { echo "$(date +%T) $*"; }
-left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 
 cmd=${1:-}; shift || true
 case $cmd in
@@ -78,7 +77,7 @@ start)
   echo "started; $(left) s to the deadline"
   ;;
 orchestrate)
-  cp benchmarks/gpu/h200_steady.sh $Q/ 2>/dev/null
+  cp benchmarks/gpu/h200_steady.sh benchmarks/gpu/common.sh $Q/ 2>/dev/null
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt
   until [ -f /tmp/vllm-env.sh ]; do sleep 3; [ "$(left)" -gt 0 ] || { log "vllm never arrived"; touch $Q/all.done; exit 1; }; done
   log "vllm ready ($(left) s left)"
@@ -103,17 +102,12 @@ orchestrate)
   touch $Q/all.done
   ;;
 wait)
-  end=$(( $(date +%s) + ${1:-60} ))
-  while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
-  echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
+  wait_done "${1:-60}"
   [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 8 $Q/logs/orchestrate.log; }
   for f in $Q/logs/steady-*.log; do [ -f "$f" ] && { echo "[$(basename $f)]"; grep -v "^\s*$" "$f" | grep -v "vLLM still starting" | tail -n 14 | cut -c1-260; }; done
-  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
-  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+  store_out
   cp $Q/res/steady-bf16.json $Q/res/steady-fp8.json "$OUT"/ 2>/dev/null
-  (cd / && find tmp/qk/res tmp/qk/logs -maxdepth 3 -type f \( -name '*.json' -o -name '*.log' -o -name '*.txt' \) -size -8M \
-     | tar -czf "$OUT/results.tgz" -T -)
-  ls -la "$OUT"
+  pack_out 3 tmp/qk/res tmp/qk/logs
   ;;
 *) echo "usage: h200_steady.sh stash DIR... | start EPOCH | wait SECONDS" >&2; exit 2 ;;
 esac

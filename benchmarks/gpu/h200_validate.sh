@@ -52,8 +52,7 @@ EXTRA0=${EXTRA0-} EXTRA1=${EXTRA1-}
 # vLLM 0.26's all-reduce + RMSNorm fusion breaks TP=2 here (no NVLink multicast): docs/reports/h200
 TP2_ARGS=${TP2_ARGS-'--serve-arg=compilation-config={"pass_config":{"fuse_allreduce_rms":false}}'}
 
-log() { echo "$(date +%T) $*"; }
-left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 # quantkit as its wheel lays it out (recipes/ and evals/ inside the package, as quantkit/recipes and
 # quantkit/eval_tasks), without a build
 QK_SITE=$Q/site-qk
@@ -197,21 +196,11 @@ serving-fg)
   touch $Q/all.done
   ;;
 wait)
-  end=$(( $(date +%s) + ${1:-60} ))
-  while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
-  echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
+  wait_done "${1:-60}"
   for f in random orchestrate lane0 lane1; do [ -f $Q/logs/$f.log ] && { echo "[$f]"; tail -n 6 $Q/logs/$f.log; }; done
   for f in lane0-convert lane1-smollm2 lane1-convert; do [ -f $Q/logs/$f.log ] && { echo "[$f]"; grep -v "^\s*$" $Q/logs/$f.log | tail -n 3 | cut -c1-300; }; done
-  nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader 2>/dev/null
-  OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-  # results: what the store and the bench/eval JSONs hold (no checkpoints, no per-item eval samples)
-  [ -f $QUANTKIT_HOME/results.db ] && python3 -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d)" \
-    $QUANTKIT_HOME/results.db "$OUT/results.db"
-  (cd / && find tmp/qk/res tmp/qk/logs tmp/qkhome/models tmp/qkmodels -maxdepth 4 -type f \
-     \( -name '*.json' -o -name '*.log' -o -name '*.err' -o -name '*.txt' -o -name '*.md' -o -name '*.html' -o -name '*.png' -o -name '*.yaml' \) \
-     ! -name 'samples_*' ! -name 'model.safetensors.index.json' ! -name 'tokenizer*' ! -name 'vocab.json' -size -8M \
-     | tar -czf "$OUT/results.tgz" -T -)
-  ls -la "$OUT"
+  store_out  # and what the bench/eval JSONs hold (no checkpoints, no per-item eval samples):
+  pack_out 4 tmp/qk/res tmp/qk/logs tmp/qkhome/models tmp/qkmodels -- ! -name 'samples_*' ! -name 'model.safetensors.index.json' ! -name 'tokenizer*' ! -name 'vocab.json'
   ;;
 *) echo "usage: h200_validate.sh stash|random|start|wait ..." >&2; exit 2 ;;
 esac
