@@ -1,6 +1,13 @@
-# Sourced by the h200_*.sh drivers: the log line, the time left to the deadline, and what a `wait`
-# call does at its end (wait for the background work, show the GPU, bring the store and the small
-# result files back under $OUT). A driver that copies itself to /tmp/qk copies this file beside it.
+# Sourced by the h200_*.sh drivers: the work folder and the environment every one of them sets, the
+# log line, the time left to the deadline, and what a `wait` call does at its end (wait for the
+# background work, show the GPU, bring the store and the small result files back under $OUT). A
+# driver that copies itself to /tmp/qk copies this file beside it.
+Q=/tmp/qk
+mkdir -p $Q/logs $Q/res
+export QUANTKIT_HOME=/tmp/qkhome PYTHONUNBUFFERED=1
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # KINDS.md: no NVLink multicast
+
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
 

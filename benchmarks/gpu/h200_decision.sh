@@ -49,11 +49,8 @@
 #     DECISION=llama8b-steady STEPS="baseline fp8 int8" ... start EPOCH; a later session: gptq awq.
 #   quantkit's own client no longer stalls its points on a GPU (0b32843): no retry doubles a point.
 set -uo pipefail
-Q=/tmp/qk
-mkdir -p $Q/logs $Q/res
-export QUANTKIT_HOME=/tmp/qkhome QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
+export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data
 export QUANTKIT_VLLM=$Q/vllm-python
 W8=/tmp/w8b/llama8b-random
 R=benchmarks/gpu/recipes
@@ -66,7 +63,6 @@ DECISION=${DECISION-llama8b-decision}   # or llama8b-decision-tuned, llama8b-lon
 CONVERT=${CONVERT-llama8b-convert-8bit} # conversion recipes, run side by side (llama8b-convert-4bit: gptq, awq)
 SMOLLM2=${SMOLLM2-0}                    # 1: SmolLM2-135M's accuracy per method too (needs .gpu/smol/a and b)
 
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 
 step() {  # NAME MIN_SECONDS CMD...: run CMD (capped at the time left) if at least MIN_SECONDS remain
   local name=$1 need=$2; shift 2

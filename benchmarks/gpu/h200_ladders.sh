@@ -32,11 +32,8 @@
 # then `quantkit compare --model llama8b-shape --accuracy-from smollm2-135m` (the README of the
 # session's report folder has the exact lines).
 set -uo pipefail
-Q=/tmp/qk
-mkdir -p $Q/logs $Q/res
-export QUANTKIT_HOME=/tmp/qkhome PYTHONUNBUFFERED=1 QUANTKIT_STARTUP_TIMEOUT=900
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
+export QUANTKIT_STARTUP_TIMEOUT=900
 export QUANTKIT_VLLM=${QUANTKIT_VLLM-$Q/vllm-python}  # another vLLM: the CPU smoke test
 QK_SITE=$Q/site-qk
 QK=(env PYTHONPATH=/tmp/site-vllm:$QK_SITE ${QK_PY-python3} -P -m quantkit)
@@ -50,7 +47,6 @@ SPANS=${SPANS-mlperf-server interactive}
 MIN_LEFT=${MIN_LEFT-240}
 EXTRA=${EXTRA-}  # more `quantkit bench` options for every variant (e.g. --enforce-eager on the CPU)
 
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 
 real_check() {  # a real W4A8-FP8 checkpoint (quantkit's, 2 layers), once it is here: loaded, generating?
   [ -d $Q/w4a8-real ] && [ ! -f $Q/res/real-w4a8.json ] || return 0

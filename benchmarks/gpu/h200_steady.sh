@@ -24,11 +24,8 @@
 # (BF16_RATES, FP8_RATES), each point DURATION s of arrivals (default 40), the first WARMUP s
 # (default 10) left out by both clients; a rate that cannot finish before the deadline is skipped.
 set -uo pipefail
-Q=/tmp/qk
-mkdir -p $Q/logs $Q/res
-export QUANTKIT_HOME=/tmp/qkhome PYTHONUNBUFFERED=1 QUANTKIT_STARTUP_TIMEOUT=900
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
+export QUANTKIT_STARTUP_TIMEOUT=900
 export QUANTKIT_VLLM=$Q/vllm-python
 W=${MODEL_DIR-/tmp/w8b/llama8b-bf16}  # MODEL_DIR: another checkpoint (a smoke test of this script on the CPU)
 QK_SITE=$Q/site-qk
@@ -42,7 +39,6 @@ SLO=${SLO-ttft_p95=1,tpot_p95=50ms}
 LENS=${LENS-512/256}  # input/output tokens
 SERVE_EXTRA=${SERVE_EXTRA-}  # more steady_agreement.py options for every variant (e.g. --eager on the CPU)
 
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 
 cmd=${1:-}; shift || true
 case $cmd in

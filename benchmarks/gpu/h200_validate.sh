@@ -29,11 +29,8 @@
 # in the vllm bundle's, reached through QUANTKIT_VLLM (a wrapper that swaps PYTHONPATH).
 set -uo pipefail
 REPO=$(pwd)
-Q=/tmp/qk
-mkdir -p $Q/logs $Q/res
-export QUANTKIT_HOME=/tmp/qkhome QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data PYTHONUNBUFFERED=1
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
+export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data
 export QUANTKIT_VLLM=$Q/vllm-python
 W8=/tmp/w8b/llama8b-random
 BENCH=(-c 1,16,64,256 --input-len 512 --output-len 256 --max-model-len 4096)
@@ -52,7 +49,6 @@ EXTRA0=${EXTRA0-} EXTRA1=${EXTRA1-}
 # vLLM 0.26's all-reduce + RMSNorm fusion breaks TP=2 here (no NVLink multicast): docs/reports/h200
 TP2_ARGS=${TP2_ARGS-'--serve-arg=compilation-config={"pass_config":{"fuse_allreduce_rms":false}}'}
 
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 # quantkit as its wheel lays it out (recipes/ and evals/ inside the package, as quantkit/recipes and
 # quantkit/eval_tasks), without a build
 QK_SITE=$Q/site-qk
