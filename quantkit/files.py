@@ -62,6 +62,17 @@ def unique_path(folder: Path, prefix: str, suffix: str, stamp: str | None = None
     raise FileExistsError(f"no free name for {prefix}{stamp}*{suffix} in {folder}")
 
 
+def resolved(path: str | Path | None) -> Path | None:
+    """`path` with `~` expanded and links resolved, or None for no path or one that cannot be resolved
+    (a link loop): a stored folder is compared by what it points at, not by how it was spelled."""
+    if not path:
+        return None
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
 def read_jsonl(path: Path) -> list[Any]:
     """Every non-blank line of `path` parsed; a bad line is `file:line: not JSON (reason)`."""
     rows = []

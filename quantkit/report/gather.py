@@ -27,6 +27,7 @@ from pydantic import BaseModel
 from .. import settings
 from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
+from ..files import resolved
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
 from ..evals.results import EvalRun
@@ -336,15 +337,6 @@ class Evidence:
         return records.read(model, r.result) if r is not None and r.status == "done" and r.result else None
 
 
-def _norm(path: str | Path | None) -> Path | None:
-    if not path:
-        return None
-    try:
-        return Path(path).expanduser().resolve()
-    except (OSError, RuntimeError):
-        return None
-
-
 def _newest(records: list[Record]) -> Record | None:
     # the newest record of a stage decides (a later failed eval is not hidden by an older success),
     # except that a later 'running' row of a live or killed process does not replace a finished one
@@ -354,7 +346,7 @@ def _newest(records: list[Record]) -> Record | None:
 
 def evidence_for(store: Store, checkpoint: Path) -> Evidence:
     """The store's records of CHECKPOINT (a folder; paths compared after resolving)."""
-    checkpoint = _norm(checkpoint) or Path(checkpoint)
+    checkpoint = resolved(checkpoint) or Path(checkpoint)
     ev = Evidence(checkpoint=checkpoint)
     mine = [r for r in store.records() if r.checkpoint_dir() == checkpoint]
     if mine:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator, Protocol
 
 from ..errors import QuantkitError
+from ..files import resolved
 from .lines import _exception_line
 
 
@@ -48,13 +49,7 @@ class Record:
     def checkpoint_dir(self) -> Path | None:
         """The checkpoint folder this record is about (resolved): a conversion's output, or the
         folder a bench/eval/tune measured."""
-        raw = (self.result or {}).get("output_dir") if self.kind == "convert" else self.params.get("checkpoint")
-        if not raw:
-            return None
-        try:
-            return Path(raw).expanduser().resolve()
-        except (OSError, RuntimeError):
-            return None
+        return resolved((self.result or {}).get("output_dir") if self.kind == "convert" else self.params.get("checkpoint"))
 
     def current_status(self) -> str:
         """The stored status, or `missing` for a conversion whose checkpoint folder is gone (a run
