@@ -153,14 +153,15 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
                      winner, DASH if t.open else ratio_text(t.ratio_bracket)])
     sources = "; ".join(f"{t.name}: {t.source}" for t in tiers)
     # what each ladder cannot tell under a tier, and the command that would cover it
-    to_cover = " ".join(f"{t.name}, {n}" for t in tiers for n in t.notes)
+    # (one note after another, each closed: joined by spaces they read as one run-on sentence)
+    to_cover = "; ".join(f"{t.name}, {n.rstrip('. ')}" for t in tiers for n in t.notes)
     return ("Capacity per SLO tier", ["tier", *names, "winner", "x bf16 (bracket)"], rows,
             f"Each variant's ladder on vLLM defaults judged again under each tier (nothing measured anew); a range "
             f"is a bracket wider than the search tolerance, 'not covered above' a tier the ladder's top still meets. "
             f"x bf16: the winner's capacity over bf16's, lowest to highest as their brackets allow. To cover a tier: "
             f"`quantkit bench DIR --capacity --slo TIER` (its windows stretch to the requests a p99 needs), or the run "
             f"recipe's `capacity: {{span: [{', '.join(TIERS)}]}}`. "
-            + (f"Not covered: {to_cover} " if to_cover else "")
+            + (f"Not covered: {to_cover}. " if to_cover else "")
             + f"Sources: {sources}."
             + (f" Cost: at {price_per_hour:g} per machine-hour, over the output tokens/s at capacity."
                if price_per_hour is not None else " A price per hour (--price-per-hour) adds the cost per million "
