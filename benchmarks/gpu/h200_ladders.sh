@@ -9,7 +9,7 @@
 # Run from the repository root on the GPU machine.
 #
 # Carrying (64 MiB per call): .gpu/vx/p0..p2 (the vLLM stack, xz, see h200_steady.sh), .gpu/tok
-# (SmolLM2's tokenizer files), .gpu/qconfigs (fp8.json, int8.json, w4a16.json, w4a8-fp8.json: the
+# (SmolLM2's tokenizer files), .gpu/qconfigs (fp8.json, int8.json, w4a16.json, awq.json, w4a8-fp8.json: the
 # `quantization_config` of quantkit's own conversions of SmolLM2; group size set to 128 for 8B).
 # Calls, back to back (the machine goes back 30 s after a call ends):
 #   1, carry .gpu/vx/p0 .gpu/tok .gpu/qconfigs:
@@ -63,7 +63,7 @@ start)
   rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp benchmarks/gpu/h200_ladders.sh benchmarks/gpu/common.sh $Q/
   echo "$1" > $Q/deadline
   if [ "$CFG" = /tmp/w8b ]; then
-    python3 benchmarks/gpu/make_8b_configs.py $Q/tok .gpu/qconfigs $CFG bf16 fp8 int8 w4a16 w4a8-fp8 > /dev/null || exit 1
+    python3 benchmarks/gpu/make_8b_configs.py $Q/tok .gpu/qconfigs $CFG bf16 fp8 int8 w4a16 awq w4a8-fp8 > /dev/null || exit 1
   fi
   setsid nohup env VARIANTS="$VARIANTS" WINDOW="$WINDOW" TOLERANCE="$TOLERANCE" SLO="$SLO" LENS="$LENS" SPANS="$SPANS" MIN_LEFT="$MIN_LEFT" \
     EXTRA="$EXTRA" CFG="$CFG" QK_PY="${QK_PY-python3}" bash $Q/h200_ladders.sh orchestrate > $Q/logs/orchestrate.log 2>&1 < /dev/null &
