@@ -32,6 +32,76 @@ class SourceModel(BaseModel):
     fingerprint: str
 
 
+# The sub-dicts below are kept in the records as the plain dicts their writers gave (config.json's
+# quantization_config, the calibration figures, the vLLM probe's verdict, `describe()`): what is
+# stored never changes. These models are how a stored result's reader sees them (report/records.py
+# reads each record into them); a key a writer leaves out is None.
+
+
+class QuantArgs(BaseModel):
+    num_bits: int | None = None
+
+
+class QuantGroup(BaseModel):
+    weights: QuantArgs | None = None
+
+
+class QuantizationConfig(BaseModel):
+    """A checkpoint's `quantization_config` (compressed-tensors', or GPTQ's and AWQ's own) as
+    quantkit reads it: what vLLM sees the checkpoint as."""
+
+    quant_method: str | None = None
+    format: str | None = None  # compressed-tensors' packing: pack-quantized, float-quantized, ...
+    bits: int | None = None  # GPTQ's and AWQ's own configs
+    config_groups: dict[str, QuantGroup | None] | None = None  # compressed-tensors': group name -> its scheme
+    kv_cache_scheme: dict[str, Any] | None = None  # calibrated K/V scales (serve.hardware_fit.kv_cache_label reads it)
+
+    @property
+    def weight_bits(self) -> int | None:
+        """The weights' bits: the first group that names them, else GPTQ's or AWQ's `bits`."""
+        for group in (self.config_groups or {}).values():
+            if group is not None and group.weights is not None and group.weights.num_bits:
+                return int(group.weights.num_bits)
+        return self.bits or None
+
+
+class CalibrationUsed(BaseModel):
+    """What a conversion calibrated on (`ConvertRecord.calibration`): the recipe's numbers may have
+    been overridden, these are the data's own."""
+
+    dataset: str | None = None
+    resolved: str | None = None  # the file it was read from
+    conversational: bool | None = None
+    num_samples: int | None = None
+    seq_len: int | None = None
+    tokens: int | None = None
+    seed: int | None = None
+
+
+class VllmCheck(BaseModel):
+    """`convert --verify`'s verdict (`ConvertRecord.vllm_check`): did vLLM load and generate?"""
+
+    ok: bool | None = None
+    vllm: str | None = None
+    load_s: float | None = None
+    error: str | None = None
+
+
+class CheckpointInfo(BaseModel):
+    """`describe(folder)` (and a bench's `weights_bytes`) as the records carry it: `checkpoint`."""
+
+    method: str | None = None  # quantkit's method; "none" unquantized, "unknown" quantized elsewhere
+    scheme: str | None = None
+    group_size: int | None = None
+    backend: str | None = None
+    recipe_hash: str | None = None
+    source: str | None = None
+    quantization_config: QuantizationConfig | None = None
+    quant_method: str | None = None  # "unknown": the config's own quantization
+    note: str | None = None
+    weights_bytes: int | None = None  # bench.checkpoint_info: what a batch-1 decode step reads
+
+
 class ConvertRecord(BaseModel):
     schema_version: int = SCHEMA_VERSION
     kind: str = "quantkit.convert"
@@ -96,16 +166,15 @@ def describe(folder: Path) -> dict[str, Any]:
             "quantization_config": record.quantization_config}
 
 
-def method_of(checkpoint: dict[str, Any] | None) -> str | None:
+def method_of(checkpoint: CheckpointInfo | None) -> str | None:
     """The quantization a stored `checkpoint` description names: quantkit's method; for one
     quantkit did not write, its own quant_method (else "unknown"); None when unquantized.
     ("baseline" is what eval records written before 0.1.1 said for an unquantized folder.)"""
-    checkpoint = checkpoint or {}
-    method = checkpoint.get("method")
+    method = checkpoint.method if checkpoint is not None else None
     if method in (None, "none", "baseline"):
         return None
     if method == "unknown":
-        return checkpoint.get("quant_method") or "unknown"
+        return checkpoint.quant_method or "unknown"
     return method
 
 

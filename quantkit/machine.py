@@ -13,6 +13,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from . import __version__
 
 
@@ -33,6 +35,22 @@ def hardware() -> dict[str, Any]:
         pass
     info["cpu_count"] = os.cpu_count()
     return info
+
+
+class Hardware(BaseModel):
+    """`hardware()` as a stored result's reader sees it (report/records.py). The results keep the
+    dict it returned, so what is stored never changes; `gpu` and `gpu_count` are absent without one."""
+
+    machine: str | None = None
+    cpu: str | None = None
+    gpu: str | None = None
+    gpu_count: int | None = None
+    cpu_count: int | None = None
+
+    @property
+    def device(self) -> str | None:
+        """The GPU where there is one, else the CPU."""
+        return self.gpu or self.cpu
 
 
 def fingerprint() -> dict[str, Any]:

@@ -82,26 +82,28 @@ def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dic
 
 
 def _print_record(record) -> None:
+    from ..checkpoint import ConvertRecord
+    from ..report import records
     from ..report.render import fmt_bytes
 
     table = Table(show_header=False, box=None, pad_edge=False)
-    calib = record.calibration
+    record = records.read(ConvertRecord, record)  # its recipe, calibration and vLLM check as models
+    calib, kv_cache = record.calibration, record.recipe.kv_cache if record.recipe is not None else None
     rows = [
         ("output", record.output_dir),
         ("method", f"{record.method} ({record.scheme}" + (f", group {record.group_size}" if record.group_size else "")
-         + (f", calibrated {record.recipe['kv_cache']} KV cache)" if (record.recipe or {}).get("kv_cache") else ")")),
-        ("backend", f"{record.backend} {record.versions.get(record.backend, '')}".strip()),
+         + (f", calibrated {kv_cache} KV cache)" if kv_cache else ")")),
+        ("backend", f"{record.backend} {record.versions.get(record.backend, '')}".strip()),  # package -> version
         ("recipe", f"{record.recipe_name} ({record.recipe_hash})"),
         ("source", f"{record.source.ref} {record.source.fingerprint[:19]}"),
-        ("calibration", f"{calib['num_samples']} x {calib['seq_len']} tokens from {calib['dataset']}" if calib else "none"),
+        ("calibration", f"{calib.num_samples} x {calib.seq_len} tokens from {calib.dataset}" if calib else "none"),
         ("size", fmt_bytes(record.size_bytes)),
         ("wall time", f"{record.wall_time_s:.1f} s (quantizer {record.quantize_time_s:.1f} s)"),
         ("peak RSS", f"{record.peak_rss_mb:.0f} MB"),
     ]
-    if record.vllm_check:
-        check = record.vllm_check
-        rows.append(("vLLM", f"loads and generates (vLLM {check.get('vllm')}, {check.get('load_s')} s to load)"
-                     if check["ok"] else f"does not load: {check['error']}"))
+    if check := record.vllm_check:
+        rows.append(("vLLM", f"loads and generates (vLLM {check.vllm}, {check.load_s} s to load)"
+                     if check.ok else f"does not load: {check.error}"))
     for key, value in rows:
         table.add_row(f"[bold]{key}[/bold]", str(value))
     stdout.print(table)

@@ -213,8 +213,10 @@ def _progress(point) -> None:
 
 
 def _print_run(run) -> None:
+    from ..checkpoint import CheckpointInfo
+
     s = run.server
-    title = f"{run.model_name} ({run.checkpoint.get('method', '?')})"
+    title = f"{run.model_name} ({CheckpointInfo.model_validate(run.checkpoint).method or '?'})"
     if s is not None:
         title += f" on vLLM {s.vllm_version or '?'}" + (f", started in {s.startup_s:.1f} s" if s.startup_s else "")
     table = _table(*_HEADER, title=title)

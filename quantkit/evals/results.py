@@ -170,6 +170,23 @@ class TaskResult(BaseModel):
 
 
 
+class EvalServer(BaseModel):
+    """`EvalRun.server`, the server lm-eval ran against, as its readers see it (report/records.py):
+    the record keeps the dict `run.new_run` wrote."""
+
+    url: str | None = None
+    served_model: str | None = None
+    started_by_quantkit: bool | None = None
+    vllm_version: str | None = None
+
+
+class EvalProtocol(BaseModel):
+    """What readers take of `EvalRun.protocol` (lm-eval's settings, stored whole as `run.new_run`
+    wrote them): the seeds, lm-eval's name -> value."""
+
+    seeds: dict[str, int] | None = None
+
+
 class EvalRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

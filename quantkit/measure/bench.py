@@ -64,6 +64,19 @@ from .workload import PromptSource
 SCHEMA_VERSION = 1
 
 
+class BenchWorkload(BaseModel):
+    """`BenchRun.workload`, the prompts asked for, as its readers see it (report/records.py): the
+    record keeps the dict `run_bench` wrote."""
+
+    input_len: int | None = None  # None: the dataset's prompts
+    output_len: int | None = None
+    dataset: str | None = None
+    api: str | None = None
+    seed: int | None = None
+    warmup: int | None = None
+    num_prompts: int | None = None  # None: each load's default
+
+
 class BenchRun(BaseModel):
     schema_version: int = SCHEMA_VERSION
     kind: str = "quantkit.bench"

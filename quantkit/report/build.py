@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..errors import UsageError
 from ..evals.gates import overall_verdict
 from ..measure import load_kinds
-from ..serve.config import args_of
+from ..measure.bench import BenchWorkload
+from ..serve.config import args_of, parallel_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
 from ..serve.server import ServerInfo
@@ -151,7 +152,7 @@ class Row(BaseModel):
     convert_time_s: float | None = None
     kernels: list[str] = Field(default_factory=list)  # bench.server.quant_lines
     vllm_version: str | None = None
-    workload: dict[str, Any] | None = None
+    workload: BenchWorkload | None = None
     serve_args: list[str] = Field(default_factory=list)  # the `vllm serve` flags the bench set
     tensor_parallel: int = 1
     points: list[Point] = Field(default_factory=list)
@@ -290,23 +291,18 @@ def _top_point(points: list[Point], knee: Any, capacity: CapacityCell | None = N
 
 
 def _format(v: Variant) -> str | None:
-    if v.convert is not None:
-        scheme, method, group_size = v.convert.scheme, v.convert.method, v.convert.group_size
-        qc = v.convert.quantization_config or {}
-    else:
-        # the checkpoint as the bench described it (checkpoint.describe: a dict by BenchRun's contract)
-        checkpoint = (v.bench.checkpoint if v.bench is not None else None) or {}
-        if not checkpoint.get("scheme"):
-            return v.method  # the baseline: its dtype
-        scheme, method, group_size = checkpoint.get("scheme"), checkpoint.get("method"), checkpoint.get("group_size")
-        qc = checkpoint.get("quantization_config") or {}
-    parts = [str(scheme or method or v.method)]
-    if group_size:
-        parts.append(f"g{group_size}")
-    if qc.get("format"):
-        parts.append(f"({qc['format']})")
-    if isinstance(qc.get("kv_cache_scheme"), dict):  # calibrated K/V scales, served with --kv-cache-dtype fp8
-        parts.append(f"+ KV cache {kv_cache_label(qc['kv_cache_scheme'])}")
+    # the conversion's record, else the checkpoint as the bench described it (checkpoint.describe)
+    described = v.convert if v.convert is not None else v.bench.checkpoint if v.bench is not None else None
+    if described is None or (v.convert is None and not described.scheme):
+        return v.method  # the baseline: its dtype
+    parts = [str(described.scheme or described.method or v.method)]
+    if described.group_size:
+        parts.append(f"g{described.group_size}")
+    qc = described.quantization_config
+    if qc is not None and qc.format:
+        parts.append(f"({qc.format})")
+    if qc is not None and qc.kv_cache_scheme is not None:  # calibrated K/V scales, served with --kv-cache-dtype fp8
+        parts.append(f"+ KV cache {kv_cache_label(qc.kv_cache_scheme)}")
     return " ".join(parts)
 
 
@@ -362,11 +358,10 @@ def _row(v: Variant) -> Row:
     gate, gate_detail = _gate(v, baseline)
     size = v.size_bytes if v.size_bytes is not None else v.convert.size_bytes if v.convert is not None else None
     if size is None and bench is not None:  # the folder is gone (results brought back from another machine): what the bench saw
-        size = (bench.checkpoint or {}).get("weights_bytes")
+        size = bench.checkpoint.weights_bytes if bench.checkpoint is not None else None
     server = server or records.tolerant(ServerInfo)()
-    serve_config = server.serve_config or {}  # ServeConfig's fields, as ServerInfo stores them (a dict)
-    tp = int(serve_config.get("tensor_parallel_size") or 1)
-    pp = int(serve_config.get("pipeline_parallel_size") or 1)
+    serve_config = server.serve_config  # ServeConfig's fields as stored: serve/config.py reads them
+    tp, pp = parallel_of(serve_config)
     weights_gib = _num(server.weights_gib)  # vLLM logs one worker's share
     weight_memory = v.weight_memory_bytes or (int(weights_gib * tp * pp * 2**30) if weights_gib else None)
     return Row(

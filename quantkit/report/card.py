@@ -54,13 +54,8 @@ def _bits(convert: ConvertRecord | None) -> int | None:
     whose scheme's name does not spell them still gets its bit tag."""
     if not convert:
         return None
-    qc = convert.quantization_config or {}  # config.json's quantization_config (a dict by its contract)
-    for group in (qc.get("config_groups") or {}).values():
-        bits = ((group or {}).get("weights") or {}).get("num_bits")
-        if bits:
-            return int(bits)
-    if qc.get("bits"):
-        return int(qc["bits"])
+    if convert.quantization_config is not None and convert.quantization_config.weight_bits:
+        return convert.quantization_config.weight_bits
     scheme = str(convert.scheme if convert.scheme is not None else "").lower()
     m = re.match(r"w(\d+)", scheme)
     if m:
@@ -198,7 +193,7 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
     method = convert.method or ("none" if ev.variant == "baseline" else MISSING)
     scheme = convert.scheme
     bits = _bits(ev.convert)
-    quant_method = (convert.quantization_config or {}).get("quant_method")
+    quant_method = convert.quantization_config.quant_method if convert.quantization_config is not None else None
     tags = [t for t in (method if method not in (MISSING, "none") else None,
                         str(scheme).lower() if scheme else None,
                         f"{bits}-bit" if bits else None,
@@ -270,26 +265,26 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     # what was done
     out += ["## What was done", ""]
     if ev.convert:
-        calib = convert.calibration or {}  # the conversion's calibration figures (a dict by ConvertRecord's contract)
-        recipe = convert.recipe or {}
-        if calib:  # what the conversion used (the recipe's numbers may have been overridden)
-            calib_text = (f"{calib.get('dataset', MISSING)}: {calib.get('num_samples', MISSING)} samples x "
-                          f"{calib.get('seq_len', MISSING)} tokens ({calib.get('tokens', MISSING)} tokens), "
-                          f"seed {calib.get('seed', MISSING)}")
-        elif recipe.get("calibration"):
+        calib, recipe = convert.calibration, convert.recipe
+        recipe = recipe if recipe is not None and recipe.model_fields_set else None
+        if calib is not None and calib.model_fields_set:  # what the conversion used (the recipe's may be overridden)
+            c = [fmt_str(x, missing=MISSING) for x in (calib.dataset, calib.num_samples, calib.seq_len, calib.tokens,
+                                                        calib.seed)]
+            calib_text = f"{c[0]}: {c[1]} samples x {c[2]} tokens ({c[3]} tokens), seed {c[4]}"
+        elif recipe is not None and recipe.calibration is not None:
             calib_text = f"{MISSING} (the recipe names calibration data, the conversion record does not)"
         else:
             calib_text = "none (this method needs no calibration data)"
-        hw = convert.hardware or {}
+        hw = convert.hardware
         fingerprint = convert.source.fingerprint if convert.source is not None else None
         out += ["| | |", "|---|---|",
                 f"| method | {method} ({convert.backend or MISSING}) |",
                 f"| scheme | {scheme or MISSING} |",
                 f"| group size | {convert.group_size if convert.group_size is not None else 'none (per channel)'} |",
-                f"| ignored layers | {', '.join(recipe.get('ignore') or []) or 'none'} |",
+                f"| ignored layers | {', '.join((recipe.ignore if recipe else None) or []) or 'none'} |",
                 f"| calibration | {calib_text} |",
                 f"| source | `{_source_name(convert)}` ({fingerprint or 'fingerprint missing'}) |",
-                f"| quantized on | {hw.get('gpu') or hw.get('cpu') or MISSING} ({hw.get('cpu_count') or '?'} CPUs) "
+                f"| quantized on | {hw.device or MISSING} ({hw.cpu_count or '?'} CPUs) "
                 f"in {fmt(convert.wall_time_s, missing=MISSING)} s |",
                 f"| checkpoint size | {fmt_bytes(convert.size_bytes, missing=MISSING)} |", ""]
         for note in convert.notes or []:
@@ -298,7 +293,8 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
             out.append("")
         out += [f"quantkit recipe `{fmt_str(convert.recipe_name, missing=MISSING)}` "
                 f"(hash {fmt_str(convert.recipe_hash, missing=MISSING)}):", "",
-                "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip() if recipe else f"# {MISSING}", "```", ""]
+                "```yaml", yaml.safe_dump(recipe.model_dump(mode="json", exclude_unset=True), sort_keys=False).rstrip()
+                if recipe else f"# {MISSING}", "```", ""]
     else:
         out += [f"No conversion record is stored for this checkpoint (method, scheme and calibration are {MISSING}).", ""]
 
@@ -309,10 +305,10 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
         out += [f"No eval is stored for this checkpoint: accuracy is {MISSING}.", ""]
     else:
         er = ev.eval
-        server = er.server or {}  # EvalRun.server: the vLLM server's description (a dict by its contract)
-        versions = er.versions or {}
+        versions = er.versions or {}  # package -> version: a mapping by nature, read by key
+        vllm = er.server.vllm_version if er.server is not None else None
         out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids) against vLLM "
-                   f"{server.get('vllm_version') or MISSING}. Recovery = quantized / baseline on the same items "
+                   f"{vllm or MISSING}. Recovery = quantized / baseline on the same items "
                    "(baseline / quantized for perplexities), with its 95% interval from the paired per-item scores "
                    "(delta method with their covariance; perplexity: documents resampled together, seeded).")
         if provenance and ev.variant != "baseline":
@@ -361,13 +357,11 @@ def _body(store: Store, ev: Evidence, name: str, base: str | None, rows: list[di
     else:
         br = ev.bench_run or records.Bench()
         server = br.server or records.tolerant(ServerInfo)()
-        hw = br.hardware or {}  # machine.describe() and the workload asked for: dicts by BenchRun's contract
-        wl = br.workload or {}
-        device = hw.get("gpu") or hw.get("cpu") or MISSING
-        count = f"{hw.get('gpu_count')} x " if hw.get("gpu") and hw.get("gpu_count") else ""
+        hw, wl = br.hardware, br.workload
+        count = f"{hw.gpu_count} x " if hw.gpu and hw.gpu_count else ""
         out.append(f"quantkit's streaming load generator against vLLM {server.vllm_version or MISSING} on "
-                   f"{count}{device}" + (f" ({hw['cpu_count']} CPUs)" if not hw.get('gpu') and hw.get('cpu_count') else "")
-                   + f"; prompts of {wl.get('input_len') or MISSING} tokens, {wl.get('output_len') or MISSING} output "
+                   f"{count}{hw.device or MISSING}" + (f" ({hw.cpu_count} CPUs)" if not hw.gpu and hw.cpu_count else "")
+                   + f"; prompts of {wl.input_len or MISSING} tokens, {wl.output_len or MISSING} output "
                    f"tokens, server flags `{' '.join(args_of(server.serve_config)) or 'defaults'}`."
                    + ("" if ev.bench.status == "done" and (br.complete or "complete" not in br.model_fields_set) else
                       f" The benchmark stopped early ({ev.bench.status}: {ev.bench.error or 'no reason stored'}); "
@@ -446,7 +440,7 @@ def _mean_row(recovery: RecoveryReport) -> dict[str, Any]:
 def _protocol(ev: Evidence, rows: list[dict[str, Any]]) -> list[str]:
     """The evaluation protocol, per task: what a reader needs to repeat the numbers."""
     er = ev.eval
-    protocol = (er.protocol if er is not None else None) or {}  # EvalRun.protocol: seeds and settings (a dict)
+    protocol = er.protocol if er is not None else None
     out = ["### Evaluation protocol", "",
            "| task | lm-eval task version | n-shot | items (limit) | chat template | BOS | data |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -457,7 +451,7 @@ def _protocol(ev: Evidence, rows: list[dict[str, Any]]) -> list[str]:
                    f"{fmt_str(r['n_shot'], missing=MISSING)} | {fmt_str(r['n_samples'], missing=MISSING)} ({limit}) | "
                    f"{'yes' if r['chat_template'] else 'no'} | {'yes' if r['add_bos_token'] else 'no'} | {source} |")
     out.append("")
-    seeds = protocol.get("seeds") or {}
+    seeds = (protocol.seeds if protocol is not None else None) or {}  # lm-eval's seed name -> seed
     if seeds:
         out += ["Seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()) + ".", ""]
     for r in rows:

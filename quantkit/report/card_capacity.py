@@ -21,6 +21,7 @@ from ..measure.slo import parse_slo
 from ..measure.tiers import TIERS
 from ..serve.config import args_of
 from ..store import Store
+from . import records
 from .render import fmt
 
 MISSING = "not measured"
@@ -28,11 +29,11 @@ MISSING = "not measured"
 
 def capacity_lines(store: Store, ev: Any) -> list[str]:
     """The `## Capacity under an SLO` section of the card of `ev` (gather.Evidence); [] without one."""
-    record = ev.stages.get("capacity")
-    if record is None or record.status != "done" or not record.result:
+    stored = ev.result("capacity", CapacityResult)
+    if stored is None:
         return []
     try:
-        result = CapacityResult.model_validate(record.result)
+        result = records.as_model(CapacityResult, stored)  # the ladder is judged again below: it needs it whole
     except ValidationError:
         return []  # a record stored by an older quantkit: the report still shows what it holds
     profile = profiles.get(result.settings.profile)
@@ -43,15 +44,14 @@ def capacity_lines(store: Store, ev: Any) -> list[str]:
                       "once): it measures how fast the server prefills a wave, not what it sustains, and is not "
                       "published here. `quantkit bench DIR --capacity --slo ...` measures a steady state (Poisson "
                       "arrivals).", ""]
-    hw = result.hardware or {}
-    device = hw.get("gpu") or hw.get("cpu") or "a machine not recorded"
+    device = stored.hardware.device or "a machine not recorded"
     out.append(f"Measured with {profile.sent_as} ({s.input_len} prompt / {s.output_len} output tokens), "
                f"each load a steady-state window judged at {int(round((result.window.confidence if result.window else 0.95) * 100))}% "
                f"confidence, on {device}, server flags "
                f"`{' '.join(args_of(result.server.serve_config if result.server else None)) or 'defaults'}`.")
     out += ["", "| SLO | capacity | goodput (req/s) | output tok/s | in flight |", "|---|---|---|---|---|"]
     out.append(_row(f"{result.slo} (measured)", result, profile))
-    points = store.points(record.id)
+    points = store.points(ev.stages["capacity"].id)
     for tier in TIERS.values():
         try:
             derived = rederive(result, points, parse_slo(tier.slo), model_dir=str(ev.checkpoint))

@@ -154,11 +154,11 @@ def _where(point: Any) -> str:
 
 def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
                tolerance: float = 0.10) -> CapacityCell | None:
-    """The best trial of a stored TuneResult (measure/tune.py, or its tolerant form) as a cell."""
+    """The best trial of a stored TuneResult, as read (records.Tune), as a cell."""
     if tune is None or tune.best is None:
         return None
     best = tune.best
-    cap = best.capacity or {}  # Trial.capacity: CapacityFigures as a dict (the trial's own contract)
+    cap = best.capacity if best.capacity is not None and best.capacity.model_fields_set else None
     bound = best.bound
     settings = tune.capacity
     from ..serve.config import mask_text
@@ -167,8 +167,8 @@ def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
     flags = (command or "").split()[3:]
     return CapacityCell(
         config="tuned", slo=tune.slo or slo or "", profile=_profile(settings, profile),
-        load=cap.get("load") if cap else best.capacity_load, reason="bracketed", req_s=cap.get("req_s"),
-        output_tok_s=cap.get("output_tok_s"), goodput_req_s=best.value,
+        load=cap.load if cap else best.capacity_load, reason="bracketed", req_s=cap.req_s if cap else None,
+        output_tok_s=cap.output_tok_s if cap else None, goodput_req_s=best.value,
         tolerance=float((settings.tolerance if settings else None) or tolerance), points=int(best.points or 0),
         bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
         knob=bound.knob if bound else None, serve_args=flags,

@@ -196,7 +196,8 @@ def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
     if not record.result or not (points := store.points(record.id)):
         return None
     try:
-        return rederive(record.result, points, parse_slo(record.result.get("slo") or "")).result
+        slo = records.read(CapacityResult, record.result).slo
+        return rederive(record.result, points, parse_slo(slo or "")).result
     except (UsageError, ValueError):
         return None
 
@@ -205,11 +206,8 @@ def environment(variants: list[Variant]) -> dict[str, Any]:
     env: dict[str, Any] = {}
     for v in variants:
         if v.bench is not None and v.bench.model_fields_set:
-            hw = v.bench.hardware or {}  # machine.describe(): a dict by BenchRun's contract
-            env.setdefault("device", hw.get("gpu") or hw.get("cpu"))
-            env.setdefault("cpu_count", hw.get("cpu_count"))
-            if hw.get("driver"):
-                env.setdefault("driver", hw.get("driver"))
+            env.setdefault("device", v.bench.hardware.device)
+            env.setdefault("cpu_count", v.bench.hardware.cpu_count)
             env.setdefault("vllm", v.bench.server.vllm_version if v.bench.server is not None else None)
         if v.convert is not None and v.convert.model_fields_set:
             for name, version in (v.convert.versions or {}).items():

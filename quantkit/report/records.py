@@ -11,6 +11,12 @@ model in which a required field may be missing (None) and unknown keys are ignor
 type check and validator of the model still applies, and nested models are tolerant too. A stored
 value of the wrong type still fails, loudly, here at the boundary.
 
+Some fields hold a plain dict that another module wrote (`machine.hardware()`, `checkpoint.describe()`,
+config.json's quantization_config, the recipe): the store keeps them exactly as written, and `SHAPES`
+names the model each is read as. Where a field is a mapping by nature (lm-eval's metric name ->
+score, a package -> its version, a seed's name -> the seed), it stays a typed `dict[str, X]`, read by
+key.
+
 `as_model` gives the strict model back where a computation needs one whole (measure/ladder.py).
 """
 
@@ -23,16 +29,36 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from ..checkpoint import ConvertRecord
+from ..checkpoint import CalibrationUsed, CheckpointInfo, ConvertRecord, QuantizationConfig, VllmCheck
 from ..evals.gates import RecoveryReport
-from ..evals.results import EvalRun
-from ..measure.bench import BenchRun
-from ..measure.capacity import CapacityResult
+from ..evals.results import EvalProtocol, EvalRun, EvalServer
+from ..machine import Hardware
+from ..measure.bench import BenchRun, BenchWorkload
+from ..measure.capacity import CapacityFigures, CapacityResult
 from ..measure.point import BenchPoint
-from ..measure.tune import TuneResult
+from ..measure.tune import Trial, TuneResult
+from ..recipe import Recipe
 
 M = TypeVar("M", bound=BaseModel)
 _TOLERANT: dict[type, type] = {}
+
+# (result model, field) -> the model its stored dict is read as
+SHAPES: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
+    (ConvertRecord, "recipe"): Recipe,
+    (ConvertRecord, "calibration"): CalibrationUsed,
+    (ConvertRecord, "quantization_config"): QuantizationConfig,
+    (ConvertRecord, "hardware"): Hardware,
+    (ConvertRecord, "vllm_check"): VllmCheck,
+    (BenchRun, "checkpoint"): CheckpointInfo,
+    (BenchRun, "workload"): BenchWorkload,
+    (BenchRun, "hardware"): Hardware,
+    (EvalRun, "checkpoint"): CheckpointInfo,
+    (EvalRun, "server"): EvalServer,
+    (EvalRun, "protocol"): EvalProtocol,
+    (CapacityResult, "checkpoint"): CheckpointInfo,
+    (CapacityResult, "hardware"): Hardware,
+    (Trial, "capacity"): CapacityFigures,
+}
 
 
 def _swap(annotation: Any) -> Any:
@@ -54,19 +80,27 @@ def _swap(annotation: Any) -> Any:
 
 def tolerant(model: type[M]) -> type[M]:
     """`model` with its required fields optional (None when missing), unknown keys ignored and
-    nested models tolerant; a subclass, so its methods, defaults and validators all apply."""
+    nested models tolerant; a subclass, so its methods, defaults and validators all apply (a model
+    that is tolerant already, as the shapes are, is itself)."""
     if model in _TOLERANT:
         return _TOLERANT[model]
     fields: dict[str, Any] = {}
     for name, info in model.model_fields.items():
-        annotation = _swap(info.annotation)
-        if info.is_required():
+        shape = SHAPES.get((model, name))
+        annotation = _swap(info.annotation) if shape is None else tolerant(shape)
+        if info.is_required() or (shape is not None and info.default_factory is None):
             annotation = annotation | None
             info = copy.copy(info)
             info.default = None
+        elif shape is not None:  # an empty dict by default: the shape with nothing set
+            info = copy.copy(info)
+            info.default_factory = annotation
         elif annotation is info.annotation:
             continue
         fields[name] = (annotation, info)
+    if not fields and model.model_config.get("extra") in (None, "ignore"):
+        _TOLERANT[model] = model  # tolerant already (a shape: every field optional)
+        return model
     made = create_model(model.__name__, __base__=model, __module__=__name__, **fields)
     made.model_config = ConfigDict(**{**model.model_config, "extra": "ignore"})
     made.model_rebuild(force=True)
@@ -96,3 +130,4 @@ Recovery = tolerant(RecoveryReport)
 Capacity = tolerant(CapacityResult)
 Tune = tolerant(TuneResult)
 Point = tolerant(BenchPoint)
+

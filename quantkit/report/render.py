@@ -168,10 +168,9 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                  for p in report.protocol], None))
     workloads = []
     for r in r_:
-        if r.workload:
-            w = r.workload
-            workloads.append([r.name, fmt_str(w.get("input_len")), fmt_str(w.get("output_len")),
-                              fmt_str(w.get("num_prompts")), w.get("dataset") or "random", w.get("api") or DASH,
+        if w := r.workload:
+            workloads.append([r.name, fmt_str(w.input_len), fmt_str(w.output_len), fmt_str(w.num_prompts),
+                              w.dataset or "random", w.api or DASH,
                               ", ".join(p.load for p in r.points) or DASH, " ".join(r.serve_args) or DASH])
     out.append(("Bench workload", ["variant", "input tokens", "output tokens", "requests per point", "dataset",
                                    "API", "points", "vllm serve flags"], workloads, None))

@@ -246,6 +246,13 @@ def serve_command(model_dir: Path | str, config: ServeConfig) -> str:
     return shlex.join(["vllm", "serve", str(model_dir), *config.to_args(mask=True)])
 
 
+def parallel_of(serve_config: dict[str, Any] | None) -> tuple[int, int]:
+    """(tensor, pipeline) parallel GPUs of a stored `serve_config` (ServeConfig's fields as stored,
+    whatever knobs the quantkit that stored it had), 1 each when not set."""
+    config = serve_config or {}
+    return int(config.get("tensor_parallel_size") or 1), int(config.get("pipeline_parallel_size") or 1)
+
+
 def args_of(serve_config: dict[str, Any] | None) -> list[str]:
     """The `vllm serve` flags of a stored `serve_config`; a record from a quantkit whose knobs
     differ shows what it stored instead of failing."""

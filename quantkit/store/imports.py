@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 from pydantic import BaseModel
 
-from ..checkpoint import describe, fingerprint, method_of
+from ..checkpoint import CheckpointInfo, describe, fingerprint, method_of
 from ..errors import UsageError
 from .db import Store, run_key
 from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS, stage_kind
@@ -57,7 +57,7 @@ def default_names(data: dict[str, Any]) -> tuple[str, str]:
     baseline; one quantized elsewhere keeps its folder name and is named after its quantization."""
     folder = Path(data.get("model_dir") or "")
     name = data.get("model_name") or folder.name
-    method = method_of(data.get("checkpoint"))
+    method = method_of(CheckpointInfo.model_validate(data.get("checkpoint") or {}))
     if method is None:
         return name, "baseline"
     m = re.fullmatch(rf"(.+)-{re.escape(method)}-[0-9a-f]{{8}}", name)

@@ -48,3 +48,30 @@ def test_variant_fields_are_typed_from_dicts_and_strict_models_alike():
 def test_as_model_gives_the_strict_model_or_fails_when_a_field_is_missing():
     with pytest.raises(ValidationError):
         records.as_model(CapacityResult, records.read(CapacityResult, {"slo": "ttft_p95=1"}))
+
+
+def test_a_result_s_plain_sub_dicts_are_read_as_their_shapes_and_stored_as_written():
+    from quantkit.checkpoint import ConvertRecord
+    from quantkit.evals.results import EvalRun
+
+    hardware = {"machine": "x86_64", "cpu": "Xeon", "cpu_count": 16}  # machine.hardware() without a GPU
+    written = BenchRun(model_dir="/m", hardware=hardware, workload={"input_len": 512, "output_len": 256},
+                       checkpoint={"method": "awq", "quantization_config": {
+                           "quant_method": "compressed-tensors", "format": "pack-quantized",
+                           "config_groups": {"group_0": {"weights": {"num_bits": 4, "symmetric": False}}}}})
+    assert written.model_dump(mode="json")["hardware"] == hardware  # the store keeps what was written
+    bench = records.read(BenchRun, written)
+    assert bench.hardware.device == "Xeon" and bench.hardware.gpu is None and bench.workload.output_len == 256
+    assert bench.checkpoint.quantization_config.weight_bits == 4 and bench.checkpoint.method == "awq"
+    assert records.read(BenchRun, {"model_dir": "/m"}).hardware.device is None  # none stored: nothing set
+
+    convert = records.read(ConvertRecord, {"recipe": {"name": "awq", "method": "awq", "scheme": "W4A16_ASYM"},
+                                           "calibration": {"dataset": "c4", "num_samples": 64},
+                                           "quantization_config": {"quant_method": "gptq", "bits": 4}})
+    assert convert.recipe.ignore == ["lm_head"] and convert.calibration.num_samples == 64
+    assert convert.quantization_config.weight_bits == 4 and convert.vllm_check is None
+    run = records.read(EvalRun, {"server": {"vllm_version": "0.26.0"}, "protocol": {"seeds": {"random_seed": 0}}})
+    assert run.server.vllm_version == "0.26.0" and run.protocol.seeds == {"random_seed": 0}
+    with pytest.raises(ValidationError):
+        records.read(BenchRun, {"hardware": {"gpu_count": "several"}})
+
