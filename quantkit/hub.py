@@ -65,6 +65,7 @@ from .errors import BackendError, GateFailed, GateInconclusive, SetupError, Usag
 from .files import atomic_write_text
 from .evals.gates import gate_failure_message, gates_text
 from .report.card import build_card
+from .report import records
 from .report.gather import Evidence, evidence_for, variant_of
 from .store import Store
 
@@ -89,8 +90,7 @@ def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None
     ev = evidence_for(store, checkpoint)
     if gates is None:
         eval_rec = ev.stages.get("eval")
-        stored = (eval_rec.params or {}).get("gates") if eval_rec is not None else None
-        if stored and any(stored.values()):
+        if stored := records.gates_of(eval_rec) if eval_rec is not None else None:
             gates, ev.gates_source = stored, "of the recipe that ran the eval"
         else:
             gates, ev.gates_source = {"min_recovery": DEFAULT_MIN_RECOVERY}, "by default"

@@ -82,4 +82,4 @@ def _workload(plan) -> tuple | None:
     """The recipe's capacity workload, so that its report compares capacities of this workload only."""
     from ..report.gather import workload_from
 
-    return workload_from(plan.capacity.model_dump(), plan.slo) if plan.slo else None
+    return workload_from(plan.capacity, plan.slo) if plan.slo else None

@@ -42,20 +42,18 @@ M = TypeVar("M", bound=BaseModel)
 Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 
 
-def workload_from(capacity: dict[str, Any], slo: str | None) -> Workload:
-    """The workload of capacity settings (as stored: `CapacitySettings.model_dump()`) under an SLO."""
-    # a profile stored before profiles had names (or as `concurrency` without a window) was a burst
-    profile = profiles.canonical(capacity.get("profile", "burst"))
-    return (profile, capacity.get("input_len"), capacity.get("output_len"), slo)
+def workload_from(capacity: Any, slo: str | None) -> Workload:
+    """The workload of capacity settings (a CapacitySettings, or one stored: records.StoredWorkload)
+    under an SLO."""
+    return (profiles.canonical(capacity.profile), capacity.input_len, capacity.output_len, slo)
 
 
 def workload_of(record: Record) -> Workload | None:
     """A capacity or tune record's workload; None for a tune stored before tune records named it."""
-    params = record.params or {}
-    cap = params.get("capacity") or {}
-    if record.kind not in MEASURED_KINDS or "input_len" not in cap:
+    params = records.params(record)
+    if record.kind not in MEASURED_KINDS or params.capacity is None or params.capacity.input_len is None:
         return None
-    return workload_from(cap, params.get("slo"))
+    return workload_from(params.capacity, params.slo)
 
 
 def workload_text(w: Workload) -> str:
@@ -159,8 +157,8 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
             shown = f" (shown: the {len(capacity_result.points)} points it measured)"
             problems = [p + shown if p.startswith("capacity ") else p for p in problems]
     model_dir = convert_result.output_dir if convert_result is not None else None
-    model_dir = model_dir or next((r.params.get("checkpoint") for r in (bench, eval_, stages.get("capacity"))
-                                   if r is not None and r.params.get("checkpoint")), "")
+    model_dir = model_dir or next((folder for r in (bench, eval_, capacity)
+                                   if r is not None and (folder := records.params(r).checkpoint)), "")
     recovery = None
     if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != "baseline":
         try:
@@ -270,11 +268,7 @@ def gates_of_run(by_variant: dict[str, dict[str, Record]]) -> dict[str, Any]:
     """The gates the newest stored eval of a quantized variant was run with (the recipe's), or {}."""
     evals = sorted((stages["eval"] for name, stages in by_variant.items() if name != "baseline" and "eval" in stages),
                    key=lambda r: r.id)
-    for record in reversed(evals):
-        gates = {k: v for k, v in ((record.params or {}).get("gates") or {}).items() if v}
-        if gates:
-            return gates
-    return {}
+    return next((gates for record in reversed(evals) if (gates := records.gates_of(record))), {})
 
 
 def gates_text(gates: dict[str, Any]) -> str:

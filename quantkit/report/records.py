@@ -15,7 +15,7 @@ Some fields hold a plain dict that another module wrote (`machine.hardware()`, `
 config.json's quantization_config, the recipe): the store keeps them exactly as written, and `SHAPES`
 names the model each is read as. Where a field is a mapping by nature (lm-eval's metric name ->
 score, a package -> its version, a seed's name -> the seed), it stays a typed `dict[str, X]`, read by
-key.
+key. A record's params are read here too (`params`).
 
 `as_model` gives the strict model back where a computation needs one whole (measure/ladder.py).
 """
@@ -30,7 +30,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, create_model
 
 from ..checkpoint import CalibrationUsed, CheckpointInfo, ConvertRecord, QuantizationConfig, VllmCheck
-from ..evals.gates import RecoveryReport
+from ..evals.gates import Gates, RecoveryReport
 from ..evals.results import EvalProtocol, EvalRun, EvalServer
 from ..machine import Hardware
 from ..measure.bench import BenchRun, BenchWorkload
@@ -38,6 +38,7 @@ from ..measure.capacity import CapacityFigures, CapacityResult
 from ..measure.point import BenchPoint
 from ..measure.tune import Trial, TuneResult
 from ..recipe import Recipe
+from ..store import Record
 
 M = TypeVar("M", bound=BaseModel)
 _TOLERANT: dict[type, type] = {}
@@ -131,3 +132,30 @@ Capacity = tolerant(CapacityResult)
 Tune = tolerant(TuneResult)
 Point = tolerant(BenchPoint)
 
+
+class StoredWorkload(BaseModel):
+    """A capacity or tune record's settings (`params.capacity`, CapacitySettings as stored), as far
+    as workloads are compared (gather.workload_of)."""
+
+    profile: str = "burst"  # stored before profiles had names: a burst
+    input_len: int | None = None  # None: a tune stored before tune records named their workload
+    output_len: int | None = None
+
+
+class Params(BaseModel):
+    """A record's params (store/kinds.StageKind.params) as the report and push read them."""
+
+    checkpoint: str | None = None  # the folder measured
+    slo: str | None = None
+    capacity: StoredWorkload | None = None
+    gates: Gates | None = None  # an eval's: the recipe's gates it ran with
+
+
+def params(record: Record) -> Params:
+    return tolerant(Params).model_validate(record.params or {})
+
+
+def gates_of(record: Record) -> dict[str, Any]:
+    """The gates an eval record ran with, those set only, as compare and push take gates; {} for none."""
+    gates = params(record).gates
+    return {k: v for k, v in gates.model_dump().items() if v} if gates is not None else {}

@@ -75,3 +75,17 @@ def test_a_result_s_plain_sub_dicts_are_read_as_their_shapes_and_stored_as_writt
     with pytest.raises(ValidationError):
         records.read(BenchRun, {"hardware": {"gpu_count": "several"}})
 
+
+def test_a_record_s_params_are_read_typed():
+    from quantkit.store import Record
+
+    def record(kind, params):
+        return Record(id=1, run_key="k", kind=kind, model="m", variant="v", status="done", params=params, result=None,
+                      result_path=None, error=None, recipe_hash=None, started_at="", finished_at=None)
+
+    # capacity settings stored before profiles had names were a burst
+    old = records.params(record("capacity", {"capacity": {"input_len": 512, "output_len": 256}, "slo": "ttft_p95=1"}))
+    assert (old.capacity.profile, old.capacity.input_len, old.slo) == ("burst", 512, "ttft_p95=1")
+    gated = record("eval", {"checkpoint": "/m", "gates": {"min_recovery": 0.9, "min_task_recovery": None, "tasks": {}}})
+    assert records.params(gated).checkpoint == "/m" and records.gates_of(gated) == {"min_recovery": 0.9}
+    assert records.gates_of(record("eval", {})) == {}
