@@ -285,6 +285,15 @@ def _md_cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table's lines, each cell on one line with its pipes escaped: the report's tables
+    and the model card's (card.py) are written by this one function."""
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(_md_cell(c) for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header), *(line(row) for row in rows)]
+
+
 def _version(report: Report) -> str:
     from .. import __version__
 
@@ -315,10 +324,7 @@ def render_markdown(report: Report) -> str:
         if not rows:
             lines += [f"{DASH} (nothing measured)", ""]
             continue
-        lines.append("| " + " | ".join(_md_cell(h) for h in header) + " |")
-        lines.append("|" + "|".join("---" for _ in header) + "|")
-        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-        lines.append("")
+        lines += markdown_table(header, rows) + [""]
         if caption:
             lines += [f"_{_md_cell(caption)}_", ""]
     kernel_rows = [r for r in report.rows if r.kernels]
