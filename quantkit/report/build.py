@@ -100,6 +100,7 @@ class Point(BaseModel):
     ttft_p99: float | None = None
     tpot_p95: float | None = None
     tpot_p99: float | None = None
+    e2e_p50: float | None = None
     verdict: str | None = None  # a steady-state window's: pass, fail, undecided, saturated
     successes: int = 0
     failures: int = 0
@@ -257,7 +258,8 @@ def _stat(stats: Any, q: str) -> float | None:
     return _num(getattr(stats, q)) if stats is not None else None
 
 
-def _points(result: records.Bench | records.Capacity | None) -> list[Point]:
+def points_of(result: records.Bench | records.Capacity | None) -> list[Point]:
+    """A bench's or a capacity search's load points as the report shows them (the card's too)."""
     out = []
     for p in (result.points if result is not None else None) or []:
         out.append(Point(
@@ -267,6 +269,7 @@ def _points(result: records.Bench | records.Capacity | None) -> list[Point]:
             ttft_p50=_stat(p.ttft, "p50"), ttft_p95=_stat(p.ttft, "p95"),
             itl_p50=_stat(p.itl, "p50"), itl_p95=_stat(p.itl, "p95"), tpot_p50=_stat(p.tpot, "p50"),
             ttft_p99=_stat(p.ttft, "p99"), tpot_p95=_stat(p.tpot, "p95"), tpot_p99=_stat(p.tpot, "p99"),
+            e2e_p50=_stat(p.e2e, "p50"),
             verdict=p.window.verdict if p.window is not None else None, successes=int(p.successes or 0),
             failures=int(p.failures or 0), partial=bool(p.partial), client_limited=bool(p.client_limited),
             client_limited_reason=p.client_limited_reason,
@@ -274,8 +277,9 @@ def _points(result: records.Bench | records.Capacity | None) -> list[Point]:
     return out
 
 
-def _top_point(points: list[Point], knee: Any, capacity: CapacityCell | None = None,
-               capacity_points: list[Point] | None = None) -> tuple[Point | None, str | None]:
+def top_point(points: list[Point], knee: Any, capacity: CapacityCell | None = None,
+              capacity_points: list[Point] | None = None) -> tuple[Point | None, str | None]:
+    """The point at capacity, else at the knee, else the highest load with a success; and which it is."""
     if capacity is not None and capacity.load is not None:
         for p in capacity_points or []:
             if load_kinds.kind(p.profile).load_of(p) == capacity.load and p.successes:
@@ -338,16 +342,17 @@ def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
     return overall_verdict([g.verdict for g in gates]), detail
 
 
-def _row(v: Variant) -> Row:
+def row_of(v: Variant) -> Row:
+    """One variant's row: everything the report (and a checkpoint's card) shows of it."""
     baseline = v.baseline if v.baseline is not None else v.convert is None
     bench = v.bench
     server = (bench.server if bench is not None else None) or (v.capacity.server if v.capacity is not None else None)
-    cap_points = _points(v.capacity)
-    points = _points(bench) or cap_points
+    cap_points = points_of(v.capacity)
+    points = points_of(bench) or cap_points
     c1 = next((p for p in points if p.profile == "concurrency" and p.concurrency == 1 and p.successes), None)
     capacity = capacity_cell(v.capacity)
     tuned = tuned_cell(v.tune, capacity.slo if capacity else None)
-    top, top_kind = _top_point(points, bench.knee if bench is not None else None, capacity, cap_points)
+    top, top_kind = top_point(points, bench.knee if bench is not None else None, capacity, cap_points)
     scores, ppl = _scores(v)
     recovery = v.recovery or records.Recovery()
     rec = _num(recovery.mean_recovery)
@@ -439,7 +444,7 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
     if dupes := sorted({n for n in names if names.count(n) > 1}):
         # rows are keyed by name (Pareto, plots): two rows of one name would silently merge
         raise UsageError(f"variant names must be unique in a report; repeated: {', '.join(dupes)}")
-    rows = [_row(v) for v in variants]
+    rows = [row_of(v) for v in variants]
     notes = list(notes or [])
     device = environment.get("device")
     if bandwidth_gbs is not None:
