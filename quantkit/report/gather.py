@@ -30,7 +30,6 @@ from ..errors import UsageError
 from ..files import resolved
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
-from ..evals.results import EvalRun
 from ..measure.bench import BenchRun
 from ..measure import profiles
 from ..measure.capacity import CapacityResult
@@ -310,18 +309,8 @@ class Evidence:
     reason: str = ""  # why not validated (or the verdict when validated)
 
     @property
-    def eval(self) -> EvalRun | None:
-        return self.result("eval", EvalRun)
-
-    @property
     def bench(self) -> Record | None:
         return self.stages.get("bench")
-
-    @property
-    def bench_run(self) -> BenchRun | None:
-        """The bench record's result (records.Bench); None without one."""
-        r = self.stages.get("bench")
-        return records.read(BenchRun, r.result) if r is not None and r.result else None
 
     def result(self, kind: str, model: type[M]) -> M | None:
         """The finished record of stage `kind` as `model` (tolerant: records.py); None otherwise."""
