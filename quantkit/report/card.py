@@ -188,7 +188,7 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
         **({"base_model_relation": "quantized"} if base and ev.convert else {}),
     )
     body = [*_header(ev, name, base, forced), *_what_was_done(ev), *_accuracy(ev, fig), *_throughput(ev, fig),
-            *capacity_lines(store, ev), *_how_to_serve(name, ev), *_provenance(ev)]
+            *capacity_lines(store, ev, fig.row.capacity), *_how_to_serve(name, ev), *_provenance(ev)]
     template = "---\n{{ card_data }}\n---\n\n{{ body }}\n"
     return ModelCard.from_template(data, template_str=template, body="\n".join(body).rstrip() + "\n")
 

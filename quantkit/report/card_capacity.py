@@ -19,18 +19,19 @@ from ..measure.capacity import CapacityResult
 from ..measure.ladder import rederive
 from ..measure.slo import parse_slo
 from ..measure.tiers import TIERS
-from ..serve.config import args_of
 from ..store import Store
 from . import records
-from .render import fmt
+from .decision import CapacityCell, capacity_cell
+from .render import fmt, markdown_table
 
 MISSING = "not measured"
 
 
-def capacity_lines(store: Store, ev: Any) -> list[str]:
-    """The `## Capacity under an SLO` section of the card of `ev` (gather.Evidence); [] without one."""
+def capacity_lines(store: Store, ev: Any, measured: CapacityCell | None) -> list[str]:
+    """The `## Capacity under an SLO` section of the card of `ev` (gather.Evidence), whose capacity the
+    report shows as `measured` (its Row's cell); [] without one."""
     stored = ev.result("capacity", CapacityResult)
-    if stored is None:
+    if stored is None or measured is None:
         return []
     try:
         result = records.as_model(CapacityResult, stored)  # the ladder is judged again below: it needs it whole
@@ -47,32 +48,28 @@ def capacity_lines(store: Store, ev: Any) -> list[str]:
     device = stored.hardware.device or "a machine not recorded"
     out.append(f"Measured with {profile.sent_as} ({s.input_len} prompt / {s.output_len} output tokens), "
                f"each load a steady-state window judged at {int(round((result.window.confidence if result.window else 0.95) * 100))}% "
-               f"confidence, on {device}, server flags "
-               f"`{' '.join(args_of(result.server.serve_config if result.server else None)) or 'defaults'}`.")
-    out += ["", "| SLO | capacity | goodput (req/s) | output tok/s | in flight |", "|---|---|---|---|---|"]
-    out.append(_row(f"{result.slo} (measured)", result, profile))
+               f"confidence, on {device}, server flags `{' '.join(measured.serve_args) or 'defaults'}`.")
+    rows = [_row(f"{measured.slo} (measured)", measured, profile)]
     points = store.points(ev.stages["capacity"].id)
-    for tier in TIERS.values():
+    for tier in TIERS.values():  # each tier's cell as the report's tier table has it (report/tiers.py)
         try:
             derived = rederive(result, points, parse_slo(tier.slo), model_dir=str(ev.checkpoint))
         except UsageError:
             break
         if str(parse_slo(tier.slo)) == result.slo:
             continue
-        out.append(_row(f"{tier.name}: {derived.slo}", derived.result, profile, derived.coverage))
-    out += ["", "capacity: the highest offered load whose window met the SLO; `+`: the ladder's top still met it; "
-            "a range: bracketed only that far; tiers are judged from the same measured windows (sources: "
-            + "; ".join(f"{t.name}: {t.source}" for t in TIERS.values()) + ").", ""]
-    return out
+        rows.append(_row(f"{tier.name}: {derived.slo}", capacity_cell(derived.result), profile, derived.coverage))
+    out += ["", *markdown_table(["SLO", "capacity", "goodput (req/s)", "output tok/s", "in flight"], rows), ""]
+    return out + ["capacity: the highest offered load whose window met the SLO; `+`: the ladder's top still met it; "
+                  "a range: bracketed only that far; tiers are judged from the same measured windows (sources: "
+                  + "; ".join(f"{t.name}: {t.source}" for t in TIERS.values()) + ").", ""]
 
 
-def _row(label: str, result: CapacityResult, profile: profiles.Profile, coverage: str = "bracketed") -> str:
-    c, search = result.capacity, result.search
-    if c is None:
+def _row(label: str, cell: CapacityCell, profile: profiles.Profile, coverage: str = "bracketed") -> list[str]:
+    if cell.load is None:
         why = {"undecided": "undecided: too few requests in the windows", "below": "not met at the lowest load measured"}
-        return f"| {label} | {why.get(coverage, 'not met')} | {MISSING} | {MISSING} | {MISSING} |"
-    ceiling = search.ceiling if search else None
-    load = f"{c.load:g}" + (f"-{ceiling:g}" if coverage == "coarse" and ceiling else "")
-    text = profile.unit.format(load=load) + ("+" if search is not None and search.reason == "max_reached" else "")
-    return (f"| {label} | {text} | {fmt(c.goodput_req_s if c.goodput_req_s is not None else c.req_s)} | "
-            f"{fmt(c.output_tok_s)} | {fmt(c.concurrency)} |")
+        return [label, why.get(coverage, "not met"), MISSING, MISSING, MISSING]
+    load = f"{cell.load:g}" + (f"-{cell.ceiling:g}" if coverage == "coarse" and cell.ceiling else "")
+    text = profile.unit.format(load=load) + ("+" if cell.reason == "max_reached" else "")
+    return [label, text, fmt(cell.goodput_req_s if cell.goodput_req_s is not None else cell.req_s),
+            fmt(cell.output_tok_s), fmt(cell.in_flight)]

@@ -39,6 +39,7 @@ class CapacityCell(BaseModel):
     req_s: float | None = None
     output_tok_s: float | None = None
     goodput_req_s: float | None = None
+    in_flight: float | None = None  # the concurrency, or the mean requests in flight at a rate (Little's law)
     tolerance: float = 0.10
     points: int = 0
     bound: str | None = None
@@ -106,7 +107,7 @@ def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaul
         ceiling=search.ceiling if search is not None and cap is not None else None,
         edge=_edge(load, search),
         req_s=cap.req_s if cap is not None else None, output_tok_s=cap.output_tok_s if cap is not None else None,
-        goodput_req_s=_goodput(cap, points), tolerance=float((settings.tolerance if settings else None) or 0.10),
+        goodput_req_s=_goodput(cap, points), in_flight=cap.concurrency if cap is not None else None, tolerance=float((settings.tolerance if settings else None) or 0.10),
         points=int(result.points_spent or len(points)),
         bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
         knob=bound.knob if bound else None,
@@ -169,6 +170,7 @@ def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
         config="tuned", slo=tune.slo or slo or "", profile=_profile(settings, profile),
         load=cap.load if cap else best.capacity_load, reason="bracketed", req_s=cap.req_s if cap else None,
         output_tok_s=cap.output_tok_s if cap else None, goodput_req_s=best.value,
+        in_flight=cap.concurrency if cap else None,
         tolerance=float((settings.tolerance if settings else None) or tolerance), points=int(best.points or 0),
         bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
         knob=bound.knob if bound else None, serve_args=flags,
