@@ -199,10 +199,13 @@ def _scored(fig: CardFigures) -> list[tuple[TaskResult, TaskScore | None]]:
     return [(t, scores.get(t.task)) for t in (fig.variant.eval.tasks if fig.variant.eval is not None else None) or []]
 
 
-def _mean(row: Row) -> TaskScore:
-    """The mean recovery over accuracy tasks, in a task score's fields (the interval helpers read them)."""
+def _mean(row: Row) -> TaskScore | None:
+    """The mean recovery over accuracy tasks as a score of its own (None without one): the interval
+    helpers read a task's and the mean's alike."""
+    if row.recovery is None:
+        return None
     items = [s.n_items for s in row.scores if s.higher_is_better and s.recovery is not None]
-    return TaskScore(task="mean", metric="recovery", value=row.recovery or 0.0, recovery=row.recovery,
+    return TaskScore(task="mean", metric="recovery", value=row.recovery, recovery=row.recovery,
                      recovery_low=row.recovery_low, recovery_high=row.recovery_high,
                      recovery_method=row.recovery_method, n_items=sum(items) if items and all(items) else None)
 
@@ -225,7 +228,7 @@ def _eval_results(ev: Evidence, fig: CardFigures) -> list:
                 metric_type="recovery", metric_value=round(s.recovery, 4),
                 metric_name=f"{metric} recovery vs the baseline ({_interval_words(s)})", metric_args=_interval_args(s)))
     mean = _mean(fig.row)
-    if ev.variant != "baseline" and ev.recovery is not None and mean.recovery is not None:
+    if ev.variant != "baseline" and ev.recovery is not None and mean is not None:
         out.append(EvalResult(
             task_type="text-generation", dataset_type="quantkit/mean-recovery", dataset_name="mean over accuracy tasks",
             metric_type="recovery", metric_value=round(mean.recovery, 4),
@@ -369,8 +372,8 @@ def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
     """The benchmark's load points beside the baseline's, its operating point and the kernels vLLM chose."""
     out = ["## Throughput and latency", ""]
     bench, row = fig.variant.bench, fig.row
-    points = points_of(bench)
-    if not points:
+    keyed = _by_load(bench)
+    if not keyed:
         return out + [f"No benchmark is stored for this checkpoint: throughput and latency are {MISSING}.", ""]
     hw, wl = bench.hardware, row.workload or BenchWorkload()
     server = bench.server or records.tolerant(ServerInfo)()
@@ -384,7 +387,7 @@ def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
                   f"{ev.bench.error or 'no reason stored'}); these are the points it finished."))
     base = dict(_by_load(fig.baseline.bench)) if fig.baseline is not None else {}
     rows = []
-    for key, p in _by_load(bench):
+    for key, p in keyed:
         cells = [load_kinds.kind(p.profile).text(p, "phrase"), f"{p.successes + p.failures} ({p.failures})",
                  fmt(p.output_tok_s, missing=MISSING)]
         if base:
@@ -395,7 +398,7 @@ def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
     header = ["load", "requests (failed)", "output tok/s", *(["baseline output tok/s"] if base else []),
               "TTFT p50 / p95 (ms)", "ITL p50 / p95 (ms)", "E2E p50 (s)"]
     out += ["", *markdown_table(header, rows), ""]
-    top, kind = top_point(points, bench.knee)
+    top, kind = top_point([p for _, p in keyed], bench.knee)
     if top is not None:
         why = "the knee of the throughput curve" if kind == "knee" else "the highest load measured (no knee was searched)"
         out += [f"Operating point ({why}): {load_kinds.kind(top.profile).text(top, 'sentence')}, "
