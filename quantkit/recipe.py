@@ -126,6 +126,16 @@ class Recipe(Strict):
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+class StoredRecipe(Recipe):
+    """A conversion's recipe as its record stored it, read back by the report and the card: a
+    method this quantkit no longer registers is shown as written, never a failure to read the store."""
+
+    @field_validator("method")
+    @classmethod
+    def _known_method(cls, value: str) -> str:  # overrides Recipe's check of the method registry
+        return value
+
+
 # ----------------------------------------------------------------------------------------------
 # Loading
 

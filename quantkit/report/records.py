@@ -37,7 +37,7 @@ from ..measure.bench import BenchRun, BenchWorkload
 from ..measure.capacity import CapacityFigures, CapacityResult
 from ..measure.point import BenchPoint
 from ..measure.tune import Trial, TuneResult
-from ..recipe import Recipe
+from ..recipe import StoredRecipe
 from ..store import Record
 
 M = TypeVar("M", bound=BaseModel)
@@ -45,7 +45,7 @@ _TOLERANT: dict[type, type] = {}
 
 # (result model, field) -> the model its stored dict is read as
 SHAPES: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
-    (ConvertRecord, "recipe"): Recipe,
+    (ConvertRecord, "recipe"): StoredRecipe,
     (ConvertRecord, "calibration"): CalibrationUsed,
     (ConvertRecord, "quantization_config"): QuantizationConfig,
     (ConvertRecord, "hardware"): Hardware,

@@ -70,6 +70,9 @@ def test_a_result_s_plain_sub_dicts_are_read_as_their_shapes_and_stored_as_writt
                                            "quantization_config": {"quant_method": "gptq", "bits": 4}})
     assert convert.recipe.ignore == ["lm_head"] and convert.calibration.num_samples == 64
     assert convert.quantization_config.weight_bits == 4 and convert.vllm_check is None
+    # a stored recipe is read as written, even one naming a method this quantkit no longer registers
+    gone = records.read(ConvertRecord, {"recipe": {"name": "x", "method": "retired-method", "scheme": "W4A16"}})
+    assert gone.recipe.method == "retired-method"
     run = records.read(EvalRun, {"server": {"vllm_version": "0.26.0"}, "protocol": {"seeds": {"random_seed": 0}}})
     assert run.server.vllm_version == "0.26.0" and run.protocol.seeds == {"random_seed": 0}
     with pytest.raises(ValidationError):
