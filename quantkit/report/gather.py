@@ -247,7 +247,7 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
                           recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs,
                           baseline_provenance=baseline_provenance(model, variants), notes=notes)
-    report.tiers = tier_results(store, by_variant, variants, report.rows)
+    report.tiers = tier_results(store, by_variant, variants, report.rows, asked=slo is not None)
     report.price_per_hour = price_per_hour if price_per_hour is not None else settings.price_per_hour()
     out = Path(out_dir) if out_dir else Path("reports") / model
     paths = write_report(report, out)

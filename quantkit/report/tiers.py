@@ -38,15 +38,17 @@ class TierResult(BaseModel):
 
 
 def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variants: list[Any],
-                 rows: list[Any]) -> list[TierResult]:
-    """The SLO the ladders were measured under, then each tier: cells and decision (empty when no
-    variant has a steady-state ladder)."""
+                 rows: list[Any], asked: bool = False) -> list[TierResult]:
+    """The SLO the ladders were measured under (`asked`: the one `compare --slo` judged them under
+    instead), then each tier: cells and decision (empty when no variant has a steady-state ladder)."""
     out = []
     # steady-state capacities only: a burst is never put in one ratio with them
     measured = {r.name: r.capacity for r in rows if r.capacity is not None and r.capacity.steady}
     if measured:
         first = next(iter(measured.values()))
-        result = TierResult(name="measured", slo=first.slo, source="the SLO the ladders were searched under",
+        name, source = (("asked", "the SLO `compare --slo` asked for, judged from the stored ladders") if asked
+                        else ("measured", "the SLO the ladders were searched under"))
+        result = TierResult(name=name, slo=first.slo, source=source,
                             cells=measured, coverage={n: "above" if c.reason == "max_reached" else "bracketed"
                                                       for n, c in measured.items()})
         result.decision = decide([r.model_copy(update={"capacity": measured.get(r.name), "capacity_tuned": None})

@@ -109,11 +109,13 @@ def test_a_price_per_hour_adds_the_cost_per_million_output_tokens(store, tmp_pat
 
     result = compare(store, model="m", out_dir=tmp_path / "r", slo=parse_slo("ttft_p95=0.5"), price_per_hour=2.0)
     report = result["report"]
-    (tier,) = [t for t in report.tiers if t.name == "measured"]
+    # judged under an SLO the ladders were not searched under: the row says it was asked, not measured
+    (tier,) = [t for t in report.tiers if t.name == "asked"]
+    assert "compare --slo" in tier.source and not [t for t in report.tiers if t.name == "measured"]
     int8 = tier.cells["int8"]
     assert cost_per_million(int8, 2.0) == pytest.approx(2.0 / (int8.output_tok_s * 3600) * 1e6)
     (table,) = [t for t in tables(report) if t[0] == "Capacity per SLO tier"]
-    row = next(r for r in table[2] if r[0].startswith("measured"))
+    row = next(r for r in table[2] if r[0].startswith("asked"))
     assert f"{cost_per_million(int8, 2.0):.3g} per M output tokens" in row[table[1].index("int8")]
     assert "at 2 per machine-hour" in table[3]
 
