@@ -46,6 +46,7 @@ class Hardware(BaseModel):
     gpu: str | None = None
     gpu_count: int | None = None
     cpu_count: int | None = None
+    driver: str | None = None  # a result made elsewhere may name the GPU driver; the report shows it
 
     @property
     def device(self) -> str | None:

@@ -193,9 +193,9 @@ def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
     if not record.result or not (points := store.points(record.id)):
         return None
     try:
-        slo = records.read(CapacityResult, record.result).slo
-        return rederive(record.result, points, parse_slo(slo or "")).result
-    except (UsageError, ValueError):
+        result = CapacityResult.model_validate(record.result)  # whole, as rederive judges it
+        return rederive(result, points, parse_slo(result.slo or "")).result
+    except (UsageError, ValueError):  # pydantic's ValidationError too: a result rederive could not judge
         return None
 
 
@@ -205,6 +205,8 @@ def environment(variants: list[Variant]) -> dict[str, Any]:
         if v.bench is not None and v.bench.model_fields_set:
             env.setdefault("device", v.bench.hardware.device)
             env.setdefault("cpu_count", v.bench.hardware.cpu_count)
+            if v.bench.hardware.driver:
+                env.setdefault("driver", v.bench.hardware.driver)
             env.setdefault("vllm", v.bench.server.vllm_version if v.bench.server is not None else None)
         if v.convert is not None and v.convert.model_fields_set:
             for name, version in (v.convert.versions or {}).items():

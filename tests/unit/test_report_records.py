@@ -92,3 +92,14 @@ def test_a_record_s_params_are_read_typed():
     gated = record("eval", {"checkpoint": "/m", "gates": {"min_recovery": 0.9, "min_task_recovery": None, "tasks": {}}})
     assert records.params(gated).checkpoint == "/m" and records.gates_of(gated) == {"min_recovery": 0.9}
     assert records.gates_of(record("eval", {})) == {}
+
+
+def test_a_driver_a_result_names_reaches_the_report_s_environment():
+    from quantkit.report.build import Variant
+    from quantkit.report.gather import environment
+
+    bench = {"model_dir": "/m", "hardware": {"gpu": "NVIDIA H200", "gpu_count": 1, "cpu_count": 16, "driver": "570.86"}}
+    env = environment([Variant(name="baseline", method="bf16", model_dir="/m", bench=bench)])
+    assert (env["device"], env["driver"]) == ("NVIDIA H200", "570.86")
+    assert "driver" not in environment([Variant(name="b", method="bf16", model_dir="/m",
+                                                bench={"model_dir": "/m", "hardware": {"cpu": "Xeon"}})])
