@@ -131,10 +131,16 @@ def test_a_capacity_re_derived_from_the_ladder_agrees_with_a_fresh_search(spec, 
     derived = rederive(result, [p.model_dump(mode="json") for p in stored], parse_slo(SPAN))
     fresh = search(spec, tmp_path, "poisson", slo=SPAN, **STEADY)
     assert fresh.capacity is not None and derived.result.capacity is not None, (fresh.summary(), derived.note)
-    tol = 1 + result.settings.tolerance
-    # each figure is bracketed to the tolerance (or ends on a point it could not trust): the two brackets
-    # [capacity, ceiling] must overlap once widened by one tolerance step
+    # Each search is held to 10% of the simulated truth (the test above), and so is this one. Their
+    # brackets, set in nominal rates, must overlap once widened by that same 10%, not by one 5% step:
+    # a point's realized Poisson rate strays from its nominal one by ~1/sqrt(600 requests) and more
+    # (12-04: a pass at 31 nominal offered 29.53, a fail at 31.85 offered 33.04), and two independent
+    # searches each carry that noise at their boundary.
+    span_truth = sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.018)
+    assert 0.9 * span_truth <= fresh.capacity.load <= 1.1 * span_truth, \
+        f"fresh {fresh.summary()} against a truth of {span_truth:.1f} req/s"
+    band = 1.1
     d_lo, f_lo = derived.result.capacity.load, fresh.capacity.load
-    d_hi = derived.result.search.ceiling or d_lo * tol
-    f_hi = fresh.search.ceiling or f_lo * tol
-    assert d_lo <= f_hi * tol and f_lo <= d_hi * tol, f"re-derived {derived.result.summary()}; fresh {fresh.summary()}"
+    d_hi = derived.result.search.ceiling or d_lo * (1 + result.settings.tolerance)
+    f_hi = fresh.search.ceiling or f_lo * (1 + result.settings.tolerance)
+    assert d_lo <= f_hi * band and f_lo <= d_hi * band, f"re-derived {derived.result.summary()}; fresh {fresh.summary()}"
