@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 from fixtures.groups import group_gone
-from fixtures.idle import over_before, wait_busy
+from fixtures.idle import wait_busy
+from fixtures.trials import decisive, over_before
 
 from quantkit.measure.bench import bench, run_bench
 from quantkit.serve.config import ServeConfig
@@ -184,15 +185,11 @@ def _children(pid: int) -> list[int]:
 
 @pytest.mark.slow  # test_interrupts' own-server Ctrl-C trial proves the same in make test
 def test_ctrl_c_mid_bench_leaves_no_process(smollm2_dir, tmp_path):
-    for attempt in range(1, 4):  # a void trial (the point over before Ctrl-C) is run again
-        if _ctrl_c_trial(smollm2_dir, tmp_path / f"try-{attempt}"):
-            break
-    else:
-        pytest.fail("three trials in a row sent Ctrl-C only after the bench's point had ended")
+    decisive(lambda home: _ctrl_c_trial(smollm2_dir, home), tmp_path,
+             "sent Ctrl-C only after the bench's point had ended")
 
 
 def _ctrl_c_trial(smollm2_dir, home: Path) -> bool:
-    home.mkdir()
     err = home / "stderr.txt"
     with err.open("w") as f:
         proc = subprocess.Popen(

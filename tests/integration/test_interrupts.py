@@ -21,7 +21,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.idle import over_before, served, wait_busy, wait_served
+from fixtures.idle import served, wait_busy, wait_served
+from fixtures.trials import decisive, over_before
 
 
 pytestmark = pytest.mark.integration
@@ -143,20 +144,15 @@ def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
 def test_signal_mid_point_against_a_running_server(shared, smollm2_dir, tmp_path, sig):
     # A trial whose signal reached the client only after its command had ended proves nothing
     # either way (CI's busy 2 cores once saw the whole second point end between the test's polls):
-    # it is tried again, at most twice. A signal sent while the command still ran must stop it.
-    for attempt in range(1, 4):
-        record = mid_point_trial(shared, smollm2_dir, tmp_path / f"try-{attempt}", sig)
-        if record is not None:
-            break
-    else:
-        pytest.fail("three trials in a row signalled the client only after its command had ended")
+    # it is tried again (fixtures.trials). A signal sent while the command still ran must stop it.
+    decisive(lambda home: mid_point_trial(shared, smollm2_dir, home, sig), tmp_path,
+             "signalled the client only after its command had ended")
     assert shared.alive(), "interrupting the client must not hurt the server"
 
 
 def mid_point_trial(shared, smollm2_dir, home: Path, sig: int) -> dict | None:
     """One trial: the client's export once the signal stopped it mid-point, or None when the
     command had already written its complete export before the signal was sent (a void trial)."""
-    home.mkdir()
     log = home / "stderr.txt"
     # c=4 first (a few seconds), then c=1: its 8 requests of 128 tokens one after another last 15 s or
     # more, so the signal lands inside the second point (with c=1,4 the short c=4 point could end before
@@ -190,15 +186,11 @@ def mid_point_trial(shared, smollm2_dir, home: Path, sig: int) -> dict | None:
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)], ids=["int", "term"])
 def test_signal_mid_point_with_its_own_server(smollm2_dir, tmp_path, sig):
-    for attempt in range(1, 4):  # a void trial (the point over before the signal) is run again
-        if own_server_trial(smollm2_dir, tmp_path / f"try-{attempt}", sig):
-            break
-    else:
-        pytest.fail("three trials in a row signalled the bench only after its point had ended")
+    decisive(lambda home: own_server_trial(smollm2_dir, home, sig), tmp_path,
+             "signalled the bench only after its point had ended")
 
 
 def own_server_trial(smollm2_dir, home: Path, sig: int) -> bool:
-    home.mkdir()
     log = home / "stderr.txt"
     proc = start(["bench", smollm2_dir, "--enforce-eager", "-c", "2", "-n", "40", "--output-len", "64", "--warmup", "0",
                   "--results-dir", home], home, log)
@@ -225,18 +217,14 @@ def own_server_trial(smollm2_dir, home: Path, sig: int) -> bool:
 def test_signal_mid_eval(shared, smollm2_dir, tmp_path, sig):
     # As mid-point: a trial whose signal was sent only after the evaluation had ended is void and
     # tried again (CI once saw the wait for the server's count return only as lm-eval finished)
-    for attempt in range(1, 4):
-        if mid_eval_trial(shared, smollm2_dir, tmp_path / f"try-{attempt}", sig):
-            break
-    else:
-        pytest.fail("three trials in a row signalled the evaluation only after it had ended")
+    decisive(lambda home: mid_eval_trial(shared, smollm2_dir, home, sig), tmp_path,
+             "signalled the evaluation only after it had ended")
     assert shared.alive()
 
 
 def mid_eval_trial(shared, smollm2_dir, home: Path, sig: int) -> bool:
     """One trial: True once the signal stopped the evaluation, False when the evaluation had
     already ended (its "done" line written, or the command gone) before the signal was sent."""
-    home.mkdir()
     log = home / "stderr.txt"
     before = next((n for n in (served(shared.url) for _ in range(20)) if n is not None), None)
     assert before is not None, f"the shared server at {shared.url} answers no /metrics"
