@@ -44,6 +44,12 @@ def spec():
     return sim.EngineSpec()
 
 
+@pytest.fixture(scope="module")
+def span_truth(spec) -> float:
+    """SPAN's simulated steady-state capacity (engine_sim, not quantkit; ~2 s to simulate)."""
+    return sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.018)
+
+
 def search(spec, tmp_path, profile, points=None, span=(), slo=SLO, **window):
     settings = CapacitySettings(profile=profile, input_len=INPUT, output_len=OUTPUT, tolerance=0.05, waves=2,
                                 min_requests=1, window=WindowSettings(**window) if window else None, span=list(span))
@@ -67,7 +73,7 @@ def spanned(spec, tmp_path_factory):
 # 10-20 s windows read 37.8 req/s against the truth's 34.0 (+11%), the queue near capacity grows slower
 # than that. make test checks the steady-state capacity on vLLM-CPU (test_capacity.py) and the burst here.
 @pytest.mark.slow
-def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, spanned):
+def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, spanned, span_truth):
     truth = sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.025)
     result, stored = spanned
     cap = result.capacity
@@ -103,7 +109,6 @@ def test_poisson_capacity_is_the_simulated_steady_state_within_10_percent(spec, 
     points = [p.model_dump(mode="json") for p in stored]
     assert rederive(result, points, parse_slo(SLO)).result.capacity.load == cap.load
     tight = rederive(result, points, parse_slo(SPAN))
-    span_truth = sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.018)
     assert tight.coverage == "bracketed" or tight.steps[-1].state == "untrusted", tight.note
     assert 0.9 * span_truth <= tight.result.capacity.load <= 1.1 * span_truth, \
         f"{tight.result.summary()} against a truth of {span_truth:.1f} req/s"
@@ -126,7 +131,7 @@ def test_burst_is_labelled_and_measures_the_prefill_burst(spec, tmp_path):
 
 # make test-slow: one more search (~150 s), under SPAN alone, on a fresh fixture
 @pytest.mark.slow
-def test_a_capacity_re_derived_from_the_ladder_agrees_with_a_fresh_search(spec, spanned, tmp_path):
+def test_a_capacity_re_derived_from_the_ladder_agrees_with_a_fresh_search(spec, spanned, span_truth, tmp_path):
     result, stored = spanned
     derived = rederive(result, [p.model_dump(mode="json") for p in stored], parse_slo(SPAN))
     fresh = search(spec, tmp_path, "poisson", slo=SPAN, **STEADY)
@@ -136,7 +141,6 @@ def test_a_capacity_re_derived_from_the_ladder_agrees_with_a_fresh_search(spec, 
     # a point's realized Poisson rate strays from its nominal one by ~1/sqrt(600 requests) and more
     # (12-04: a pass at 31 nominal offered 29.53, a fail at 31.85 offered 33.04), and two independent
     # searches each carry that noise at their boundary.
-    span_truth = sim.truth_poisson(spec, INPUT, OUTPUT, 0.5, 0.018)
     assert 0.9 * span_truth <= fresh.capacity.load <= 1.1 * span_truth, \
         f"fresh {fresh.summary()} against a truth of {span_truth:.1f} req/s"
     band = 1.1
