@@ -39,9 +39,9 @@ from .gpu import open_gpus
 from . import load_kinds
 from .loadgen import Target, warmup
 from .metrics import PointMonitor, Scrape, slope
-from .point import BenchPoint, RequestResult, percentile
+from .point import OVERLOADED, BenchPoint, RequestResult, percentile
 from .rejudge import judge_step, start_from
-from .search import CapacitySearch, Verdict, search_capacity
+from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, search_capacity
 from .slo import Slo
 from . import profiles, tiers
 from .confidence import requests_needed
@@ -171,8 +171,15 @@ class CapacityResult(BaseModel):
                 return (f"no capacity: the point at {where} was limited by quantkit's client, not the server, "
                         f"so it decides nothing{why}")
             low = min(self.points, key=lambda p: p.rate or p.concurrency or 0, default=None)
+            lowest = profile.label(low.rate or low.concurrency) if low is not None else where
+            floor = (f" (the search's floor: --capacity-start {self.settings.start:g} / {FLOOR_DIVISOR})"
+                     if self.search and self.search.floor is not None else "")
+            if low is not None and low.window is not None and low.window.verdict == "stall":
+                return (f"the SLO {self.slo} is not sustained even at {lowest}{floor}: the server stalled (no request "
+                        "finished in the point); it is far too slow for this workload: a shorter --input-len/"
+                        "--output-len, or a faster dtype or machine")
             if low is not None and low.window is not None and low.window.verdict == "saturated":  # whatever its p95s read
-                return (f"the SLO {self.slo} is not sustained even at {profile.label(low.rate or low.concurrency)}: saturated "
+                return (f"the SLO {self.slo} is not sustained even at {lowest}{floor}: saturated "
                         "(arrivals outpaced completions: a growing queue); measure lower loads (--capacity-start)")
             return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
         c = self.capacity
@@ -349,7 +356,8 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         return search_capacity(measure, lo=settings.start, hi=settings.max if hi is None else hi,
                                tolerance=settings.tolerance,
                                integer=profile.kind.integer, start=start,
-                               max_growth=STEADY_GROWTH if profile.steady else 8.0)
+                               max_growth=STEADY_GROWTH if profile.steady else 8.0,
+                               floor=floor_of(settings.start, profile.kind.integer))
 
     try:
         if start is None and profile.kind.open_loop:  # begin near 4 requests in flight, not at the range's floor
@@ -386,7 +394,7 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
     # a load the server could not keep up with fails every SLO, and so does any load above it: the span
     # searches below the ladder's lowest saturated load (on the H200, starting blind at fp8's pass at
     # 40 req/s, it grew to 83.5 and 57.8, both saturated, although 43.8 and 48 had saturated already)
-    saturated = [x for x, s in judged.items() if s.state == "saturated" and x > search_floor]
+    saturated = [x for x, s in judged.items() if s.state in OVERLOADED and x > search_floor]
     found = search(measure, start_from(list(judged.values())) or near, min(saturated, default=None))
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
@@ -412,7 +420,7 @@ def verdict_of(point: BenchPoint, slo: Slo) -> Verdict:
     its percentiles give no margin."""
     w = point.window
     # a late client offers less than asked, never more: completions falling behind even so are the server's
-    trusted = not point.client_limited or (w is not None and w.verdict == "saturated")
+    trusted = not point.client_limited or (w is not None and w.verdict in OVERLOADED)
     if w is None:
         return Verdict(passed=bool(point.slo_met), margin=None if point.stopped_early else slo.margin(point),
                        trusted=trusted)

@@ -83,14 +83,17 @@ class TermVerdict(BaseModel):
     interval: tuple[float, float] | None = None  # of the share over (percentiles), the share met, or the mean
 
     def describe(self) -> str:
+        # no value: every request of the window failed, so no latency was measured (the point fails)
         if self.key == "attainment":
             lo, hi = self.interval or (0.0, 1.0)
-            return f"attainment {self.value:.3f} [{lo:.3f}, {hi:.3f}] vs {self.limit:g}: {self.decision}"
+            shown = "none" if self.value is None else f"{self.value:.3f}"
+            return f"attainment {shown} [{lo:.3f}, {hi:.3f}] vs {self.limit:g}: {self.decision}"
+        shown = "none" if self.value is None else f"{self.value:.3g}s"
         if self.over is not None:
             lo, hi = self.interval or (0.0, 1.0)
-            return (f"{self.key} {self.value:.3g}s vs {self.limit:g}s, {self.over}/{self.n} over "
+            return (f"{self.key} {shown} vs {self.limit:g}s, {self.over}/{self.n} over "
                     f"(share {lo:.3f}..{hi:.3f}): {self.decision}")
-        return f"{self.key} {self.value:.3g}s vs {self.limit:g}s: {self.decision}"
+        return f"{self.key} {shown} vs {self.limit:g}s: {self.decision}"
 
 
 class SloVerdict(BaseModel):

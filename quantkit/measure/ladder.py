@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ..errors import UsageError
 from . import profiles
 from .capacity import CapacityResult, finish
-from .point import BenchPoint
+from .point import OVERLOADED, BenchPoint
 from .rejudge import Coverage, LadderStep, cover, judge_step, start_from  # noqa: F401 (ladder.X for callers)
 from .search import CapacitySearch, CapacityStep
 from .slo import Slo
@@ -72,7 +72,7 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
         reason={"bracketed": "bracketed", "coarse": "bracketed", "above": "max_reached"}.get(
             coverage, "untrusted" if any(s.state == "untrusted" for s in steps) else "below_min"),
         steps=[CapacityStep(load=s.load, passed=s.state == "pass", margin=s.margin, trusted=s.state != "untrusted",
-                            decided=s.state in ("pass", "fail", "saturated"), state=s.state) for s in steps],
+                            decided=s.state in ("pass", "fail", *OVERLOADED), state=s.state) for s in steps],
         undecided=[s.load for s in steps if s.state == "undecided"])
     by_load = {s.load: s for s in steps}
     judged = []

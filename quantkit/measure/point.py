@@ -185,7 +185,10 @@ class RequestResult(BaseModel):
 # Points
 
 
-Verdict = Literal["pass", "fail", "undecided", "saturated"]
+Verdict = Literal["pass", "fail", "undecided", "saturated", "stall"]
+# a load the server could not keep up with: `saturated` (completions fell behind arrivals) or `stall`
+# (no request finished at all). Both fail every SLO, carry no latency margin, and so does any load above
+OVERLOADED = ("saturated", "stall")
 
 
 class WindowSettings(BaseModel):

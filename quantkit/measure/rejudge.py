@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from .confidence import judge
-from .point import BenchPoint, WindowSettings
+from .point import OVERLOADED, BenchPoint, WindowSettings
 from .samples import decode
 from .slo import Slo
 from .window import still_rising
@@ -26,7 +26,7 @@ class LadderStep(BaseModel):
     """One stored point judged under the new SLO."""
 
     load: float
-    state: Literal["pass", "fail", "undecided", "saturated", "untrusted"]
+    state: Literal["pass", "fail", "undecided", "saturated", "stall", "untrusted"]
     measured: int = 0
     margin: float | None = None  # worst statistic / limit over the terms (<= 1 meets)
     reasons: list[str] = Field(default_factory=list)
@@ -38,8 +38,9 @@ def judge_step(point: BenchPoint, slo: Slo, window: WindowSettings) -> LadderSte
     """A stored steady-state point's verdict under `slo`, from its kept requests."""
     load = point.x
     w = point.window
-    if w is not None and w.verdict == "saturated":
-        return LadderStep(load=load, state="saturated", measured=w.measured, reasons=[w.saturation or "saturated"])
+    if w is not None and w.verdict in OVERLOADED:
+        return LadderStep(load=load, state=w.verdict, measured=w.measured,
+                          reasons=[w.saturation or (w.reasons[0] if w.reasons else w.verdict)])
     if point.client_limited:
         return LadderStep(load=load, state="untrusted", reasons=[point.client_limited_reason or "client-limited"])
     if not point.samples:
@@ -63,7 +64,7 @@ def judge_step(point: BenchPoint, slo: Slo, window: WindowSettings) -> LadderSte
 def cover(steps: list[LadderStep], tolerance: float, integer: bool) -> tuple[Coverage, float | None, float | None]:
     """(coverage, capacity, ceiling): the highest decided pass below the lowest decided failure (or
     saturation) and below the lowest point that decides nothing (client-limited)."""
-    failed = [s.load for s in steps if s.state in ("fail", "saturated")]
+    failed = [s.load for s in steps if s.state in ("fail", *OVERLOADED)]
     untrusted = [s.load for s in steps if s.state == "untrusted"]
     ceiling = min(failed, default=None)
     limit = min([x for x in (ceiling, min(untrusted, default=None)) if x is not None], default=None)

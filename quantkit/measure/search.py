@@ -12,6 +12,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
+from .point import OVERLOADED
 
 class KneeProbe(BaseModel):
     x: float
@@ -136,8 +137,8 @@ class Verdict(BaseModel):
         quantkit's client limited it) as the search reads it, for a point measured now and for one
         judged again from the ladder alike: `undecided` steers by its point estimate but is never
         reported; `saturated` fails and its percentiles give no margin."""
-        decided = state in ("pass", "fail", "saturated")
-        margin = None if state == "saturated" else margin
+        decided = state in ("pass", "fail", *OVERLOADED)
+        margin = None if state in OVERLOADED else margin
         passed = state == "pass" or (state == "undecided" and margin is not None and margin <= 1.0)
         return cls(passed=passed, margin=margin, trusted=trusted and state != "untrusted", decided=decided,
                    state=state if decided else None)
@@ -168,12 +169,14 @@ class CapacitySearch(BaseModel):
     lo: float
     hi: float
     steps: list[CapacityStep]
+    floor: float | None = None  # how far below `lo` the search could walk when `lo` already failed (None: lo)
     undecided: list[float] = Field(default_factory=list)  # loads whose data could not decide (not in the bracket)
 
 
 def outcome(search: CapacitySearch | None) -> str:
     """What a search found, in one word: `capacity`, or why there is none: `untrusted` (quantkit's
     client limited the deciding point), `saturated` (the lowest load already outpaced the server),
+    `stall` (no request finished at the lowest load),
     `undecided` (no load below the first failure decided at the confidence asked) or `not met`."""
     if search is None:
         return "not met"
@@ -185,12 +188,24 @@ def outcome(search: CapacitySearch | None) -> str:
     failed = [s.load for s in steps if s.decided and not s.passed]
     if any(not s.decided for s in steps if not failed or s.load < failed[0]):
         return "undecided"
-    return "saturated" if steps and steps[0].state == "saturated" else "not met"
+    return steps[0].state if steps and steps[0].state in OVERLOADED else "not met"
+
+
+def floor_of(lo: float, integer: bool) -> float:
+    """How low a search goes by itself when the range's lowest load `lo` already fails: three
+    halvings (lo / 8: 0.125 req/s below a range starting at 1), one stream for a closed loop. A
+    server too slow for the range still gets a capacity (on an AVX2 CPU serving emulated bf16,
+    SmolLM2 held none of 1 req/s), and the search ends in minutes where that is not enough: a
+    Poisson point at 0.125 req/s already runs ~8 minutes to hold the 59 requests a p95 needs."""
+    return max(1.0, float(math.floor(lo / FLOOR_DIVISOR))) if integer else lo / FLOOR_DIVISOR
+
+
+FLOOR_DIVISOR = 8
 
 
 def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: float = 1024,
                     tolerance: float = 0.10, integer: bool = True, start: float | None = None,
-                    max_growth: float = 8.0) -> CapacitySearch:
+                    max_growth: float = 8.0, floor: float | None = None) -> CapacitySearch:
     """Grow the load until the SLO breaks, then narrow the bracket [pass, fail] until
     fail <= pass * (1 + tolerance) (or, for integer loads, fail = pass + 1).
 
@@ -203,6 +218,8 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
     within (1 + tolerance)^2 one load in its geometric middle settles it either way.
     `start` begins elsewhere than `lo` (a cheap probe's capacity): the search then walks down
     as well as up. Every load is measured once; a point that is not trusted ends the search.
+    When `lo` itself fails, the search walks on down to `floor` (default `lo`: no lower), halving
+    where the failures carry no margin (saturated, stalled), and reports `below_min` only there.
     """
     if lo <= 0 or hi < lo:
         raise UsageError(f"bad capacity range {lo:g}..{hi:g}")
@@ -210,9 +227,10 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
         raise UsageError(f"the capacity tolerance must be a positive share such as 0.1, not {tolerance:g}")
     steps: dict[float, CapacityStep] = {}
     step = 1 + tolerance
+    floor = lo if floor is None else min(lo, floor)
 
     def norm(x: float) -> float:
-        x = min(hi, max(lo, x))
+        x = min(hi, max(floor, x))
         return float(round(x)) if integer else float(f"{x:.4g}")
 
     def get(x: float) -> CapacityStep:
@@ -235,7 +253,7 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
                                default=None)
             ceiling = decided_fail if decided_fail is not None else ceiling
         return CapacitySearch(capacity=capacity, ceiling=ceiling, reason=reason, tolerance=tolerance, lo=lo, hi=hi,
-                              steps=list(steps.values()), undecided=undecided)
+                              steps=list(steps.values()), undecided=undecided, floor=floor if floor < lo else None)
 
     def done(p: float, f: float) -> bool:
         return f <= p * step + 1e-9 or (integer and f - p <= 1)
@@ -267,7 +285,7 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
             unhalved = unhalved + 1 if width is not None and math.log(bad / good) > 0.55 * width else 0
         elif good is not None and good >= hi:
             return result(good, None, "max_reached")
-        elif bad is not None and bad <= lo:
+        elif bad is not None and bad <= floor:
             return result(None, bad, "below_min")
         x = _next_load(steps, good, bad, lo, hi, step, max_growth, unhalved >= 2, integer, norm)
 

@@ -16,6 +16,10 @@ streams) and measures only what a server sustains:
   grows through the window by more than its steady-state noise (3 sqrt(2 L)) and by more than 10%
   of the window's arrivals (achieved rate below 90% of offered). Its percentiles describe a queue
   that grows with the window's length, so the verdict is `saturated`, not a latency figure.
+- **stall**: no request finished at all (none failed either) while requests were sent: there is no
+  latency to judge and no queue to measure, so the verdict is `stall`, never a saturation figure.
+  The point ends once the warm-up and the shortest window have passed without a completion. (On an
+  AVX2 CPU serving emulated bf16, the demo's first point finished 0 of 137 requests in 36 s.)
 """
 
 from __future__ import annotations
@@ -99,6 +103,13 @@ def growth(series: list[tuple[float, float]]) -> tuple[float, float] | None:
 
 
 SATURATED = "saturated: "  # how saturation's evidence begins, in a verdict and in a stop rule's reason
+STALL = "stall: "  # ... and a stall's
+
+
+def stall_reason(sent: int | None, seconds: float) -> str:
+    many = f" ({sent} sent)" if sent else ""
+    return (f"{STALL}no request finished in {seconds:.0f} s{many}: the server completed none at this load, so "
+            "there is no latency to judge")
 
 
 def saturation(series: list[tuple[float, float]], arrivals: int, span_s: float) -> tuple[str | None, float | None]:
@@ -131,6 +142,11 @@ def summarize(slo: "Slo | None", results: list[RequestResult], settings: WindowS
     """The point's window and its verdict from its finished requests, and the send times of those
     cut off (still running, or sent, when the point ended)."""
     cut_starts = cut_starts or []
+    if not results and cut_starts:  # nothing finished, nothing failed: a stall, not a measurement
+        reason = closed_by if closed_by.startswith(STALL) else stall_reason(len(cut_starts), max(cut_starts))
+        return WindowSummary(verdict="stall", confidence=settings.confidence, reasons=[reason],
+                             warmup_s=settings.warmup_s, start_s=0.0, end_s=0.0, measured=0, warmup_excluded=0,
+                             cooldown_excluded=0, cut_off=len(cut_starts), closed_by=closed_by), []
     warmup = effective_warmup(results, settings)
     window, warm, cool = split(results, warmup)
     fig = figures(results, window)
@@ -208,6 +224,9 @@ class WindowStop:
             return f"the window reached its cap of {s.max_s:g} s"
         if elapsed_s < warmup + s.min_s or self.slo is None:
             return None
+        sent = bisect.bisect_right(self.offsets, elapsed_s) if self.offsets is not None else None
+        if not finished and (sent is None or sent >= 2):  # a closed loop has sent its streams' first requests
+            return stall_reason(sent, elapsed_s)
         if self.offsets is not None:
             recent = [(t, n) for t, n in self.series if t >= warmup]
             arrivals = bisect.bisect_right(self.offsets, elapsed_s) - bisect.bisect_left(self.offsets, warmup)

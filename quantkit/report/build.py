@@ -32,6 +32,7 @@ from ..errors import UsageError
 from ..evals.gates import overall_verdict
 from ..measure import load_kinds
 from ..measure.bench import BenchWorkload
+from ..measure.point import OVERLOADED
 from ..serve.config import args_of, parallel_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
@@ -427,7 +428,7 @@ def _plots(rows: list[Row]) -> list[PlotInfo]:
         if any(r.capacity is not None or r.capacity_tuned is not None for r in live) else \
         info("recovery_vs_throughput", "Accuracy recovery vs output throughput (Pareto front)", scatter,
              "both accuracy recovery and a measured throughput")
-    ladders = [r for r in live if any(p.verdict not in (None, "saturated") for p in r.ladder)]
+    ladders = [r for r in live if any(p.verdict not in (None, *OVERLOADED) for p in r.ladder)]
     steady = [info("latency_vs_offered_load", "TTFT and TPOT p95/p99 vs offered load, with the SLO tiers' limits",
                    ladders, "an unsaturated steady-state point")] if any(r.ladder for r in live) else []
     return [

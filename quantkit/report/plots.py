@@ -153,11 +153,12 @@ def _latency_vs_offered_load(ax_ttft, ax_tpot, report: "Report") -> None:
     percentiles grow with the window's length), p95 solid and p99 dashed, against the offered load;
     every limit of the measured SLO and the tiers drawn as a horizontal line, so a reader sees where
     each precision stops."""
+    from ..measure.point import OVERLOADED
     from ..measure.slo import parse_slo
 
     colors = _colors(report)
     for r in report.rows:
-        pts = sorted((p for p in r.ladder if p.verdict not in (None, "saturated")),
+        pts = sorted((p for p in r.ladder if p.verdict not in (None, *OVERLOADED)),
                      key=lambda p: p.rate if p.rate is not None else p.concurrency or 0)
         if not pts:
             continue

@@ -1,0 +1,110 @@
+"""A server too slow for the range (issue 38): a point in which no request finished is a stall,
+never a saturation figure, and a search whose lowest load fails walks on down to its floor (three
+halvings) instead of recording no capacity."""
+
+from __future__ import annotations
+
+import pytest
+
+from quantkit.measure.point import OVERLOADED, RequestResult
+from quantkit.measure.search import FLOOR_DIVISOR, CapacitySearch, CapacityStep, Verdict, floor_of, outcome, search_capacity
+from quantkit.measure.slo import parse_slo
+from quantkit.measure.window import WindowSettings, WindowStop, summarize
+
+SLO = parse_slo("ttft_p95=2,tpot_p95=150ms")
+WINDOW = WindowSettings(warmup_s=3, min_s=10, max_s=25, min_requests=40)
+
+
+def req(i, start, ttft=0.3, tpot=0.05, n=16):
+    return RequestResult(ok=True, index=i, start_s=start, ttft=ttft, tpot=tpot, e2e=ttft + tpot * (n - 1),
+                         itl=[tpot] * (n - 1), prompt_tokens=8, completion_tokens=n)
+
+
+@pytest.mark.parametrize("sent", [2, 9, 137])
+@pytest.mark.parametrize("open_loop", [True, False])
+def test_a_point_where_nothing_finished_is_a_stall_not_a_saturation(sent, open_loop):
+    """The AVX2 demo's first point: 0 of 137 requests finished in 36 s, judged `saturated` before."""
+    starts = [i * 36.0 / sent for i in range(sent)]
+    summary, window = summarize(SLO, [], WINDOW, cut_starts=starts, open_loop=open_loop)
+    assert summary.verdict == "stall" and window == []
+    assert summary.saturation is None and summary.cut_off == sent and summary.measured == 0
+    assert summary.reasons[0].startswith("stall: no request finished") and f"({sent} sent)" in summary.reasons[0]
+    assert Verdict.of_window("stall", 0.5) == Verdict(passed=False, margin=None, decided=True, state="stall")
+
+
+def test_a_point_whose_requests_all_failed_is_a_failure_not_a_stall():
+    failed = [RequestResult(ok=False, error="HTTP 500", index=i, start_s=i * 0.5) for i in range(20)]
+    summary, _ = summarize(SLO, failed, WINDOW, cut_starts=[10.5])
+    assert summary.verdict != "stall"
+
+
+def test_the_stop_rule_ends_a_stalled_point_after_the_warmup_and_the_shortest_window():
+    offsets = [i * 0.25 for i in range(400)]  # 4 req/s
+    stop = WindowStop(SLO, WINDOW, offsets)
+    assert stop([], 12.9) is None  # the warm-up (3 s) and min_s (10 s) have not passed
+    said = stop([], 13.5)
+    assert said.startswith("stall: no request finished in 14 s (55 sent)")
+    summary, _ = summarize(SLO, [], WINDOW, cut_starts=offsets[:55], closed_by=said)
+    assert summary.verdict == "stall" and summary.reasons == [said]
+    assert stop([req(0, 0.0)], 13.5) is None or not stop([req(0, 0.0)], 13.5).startswith("stall")
+
+
+def test_a_closed_loop_stall_does_not_count_sends_it_cannot_see():
+    stop = WindowStop(SLO, WINDOW)  # a closed loop: no send schedule
+    said = stop([], 14.0)
+    assert said.startswith("stall: no request finished in 14 s:") and "sent" not in said
+
+
+@pytest.mark.parametrize("lo,integer,floor", [(1, False, 0.125), (2, False, 0.25), (0.5, False, 0.0625),
+                                              (1, True, 1.0), (16, True, 2.0), (4, True, 1.0)])
+def test_the_floor_is_three_halvings_below_the_range(lo, integer, floor):
+    assert FLOOR_DIVISOR == 8 and floor_of(lo, integer) == floor
+
+
+def _server(capacity: float, overloaded: str = "saturated"):
+    """A server that sustains `capacity` req/s: a margin ~ load / capacity below 1.6 x it, overloaded above."""
+    calls: list[float] = []
+
+    def measure(load: float) -> Verdict:
+        calls.append(load)
+        if load > 1.6 * capacity:
+            return Verdict.of_window(overloaded, None)
+        margin = (load / capacity) ** 2
+        return Verdict.of_window("pass" if margin <= 1 else "fail", margin)
+
+    return measure, calls
+
+
+@pytest.mark.parametrize("overloaded", OVERLOADED)
+@pytest.mark.parametrize("capacity", [0.9, 0.5, 0.3, 0.14])
+def test_a_search_whose_lowest_load_fails_walks_down_to_a_capacity(capacity, overloaded):
+    measure, calls = _server(capacity, overloaded)
+    found = search_capacity(measure, lo=1, hi=64, tolerance=0.15, integer=False, start=1.0, max_growth=4.0,
+                            floor=floor_of(1, False))
+    assert found.capacity is not None and capacity / 1.15 ** 2 <= found.capacity <= capacity
+    assert found.reason == "bracketed" and found.floor == 0.125
+    assert calls[0] == 1.0 and min(calls) >= 0.125
+    assert len(calls) == len(set(calls)) <= 8
+
+
+@pytest.mark.parametrize("overloaded", OVERLOADED)
+def test_below_the_floor_the_search_says_so(overloaded):
+    measure, calls = _server(0.05, overloaded)  # slower than the floor allows
+    found = search_capacity(measure, lo=1, hi=64, tolerance=0.15, integer=False, start=1.0, max_growth=4.0,
+                            floor=0.125)
+    assert found.capacity is None and found.reason == "below_min" and min(calls) == 0.125
+    assert [c for c in calls if c < 1] == sorted((c for c in calls if c < 1), reverse=True)  # walking down only
+    assert outcome(found) == overloaded
+
+
+def test_without_a_floor_the_search_stops_at_the_range_as_before():
+    measure, calls = _server(0.3)
+    found = search_capacity(measure, lo=1, hi=64, tolerance=0.15, integer=False, start=1.0, max_growth=4.0)
+    assert found.reason == "below_min" and calls == [1.0] and found.floor is None
+
+
+def test_a_stall_at_the_lowest_load_is_said_in_one_word():
+    found = CapacitySearch(capacity=None, ceiling=0.125, reason="below_min", tolerance=0.1, lo=1, hi=8, floor=0.125,
+                           steps=[CapacityStep(load=x, passed=False, decided=True, state="stall")
+                                  for x in (1, 0.5, 0.25, 0.125)])
+    assert outcome(found) == "stall"
