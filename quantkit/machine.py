@@ -1,7 +1,16 @@
-"""What this machine is: CPU, GPUs and package versions, recorded with every measurement.
+"""What this machine is: CPU, its instruction set, GPUs and package versions, recorded with every
+measurement.
 
 `fingerprint()` is the part of it that goes into run keys: a result measured on other hardware
 is another result.
+
+`cpu_isa()` names the CPU's vector instruction set as serving cares about it: whether it computes
+bf16 natively (AVX-512 BF16, AMX, Arm's bf16 extension) or emulates it (AVX2, plain AVX-512, Arm
+without bf16), and whether it has AVX-512 or AMX (vLLM-CPU's FP8 KV cache needs one). It is read
+from /proc/cpuinfo's flags, without importing torch (doctor answers in a second).
+`QUANTKIT_CPU_ISA=avx2` (or another class below the CPU's own) makes quantkit choose and start
+vLLM as it would on such a CPU (serve/env.py imitates it for vLLM): how a developer on an AVX-512
+machine runs what users on AVX2 run.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from . import __version__
+from .errors import UsageError
 
 
 def has_gpu() -> bool:
@@ -55,10 +65,135 @@ class Hardware(BaseModel):
 
 
 def fingerprint() -> dict[str, Any]:
-    """The hardware facts that change a measurement: part of every stage's run key."""
+    """The hardware facts that change a measurement: part of every stage's run key. A CPU machine
+    whose ISA lacks native bf16 (or imitates such a CPU) adds its ISA: it serves float32, not bf16,
+    and two CPUs of one model name ("AMD EPYC") may differ in it. A native-bf16 CPU adds nothing,
+    so the keys stored before the ISA was read stay valid there (store.keyed's rule for late fields)."""
     hw = hardware()
-    return {"machine": hw.get("machine"), "cpu": hw.get("cpu"), "cpu_count": hw.get("cpu_count"),
-            "gpu": hw.get("gpu"), "gpu_count": hw.get("gpu_count"), "system": platform.system()}
+    found = {"machine": hw.get("machine"), "cpu": hw.get("cpu"), "cpu_count": hw.get("cpu_count"),
+             "gpu": hw.get("gpu"), "gpu_count": hw.get("gpu_count"), "system": platform.system()}
+    if not hw.get("gpu"):
+        isa = cpu_isa()
+        if not isa.native_bf16 or isa.imitated:
+            found["cpu_isa"] = isa.name
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# The CPU's instruction set, as serving cares about it
+
+# best first: the first class whose flags a CPU has is its class
+ISA_CLASSES: dict[str, tuple[str, frozenset[str]]] = {
+    "amx": ("AMX", frozenset({"amx_bf16", "amx_tile"})),
+    "avx512_bf16": ("AVX-512 BF16", frozenset({"avx512f", "avx512_bf16"})),
+    "avx512": ("AVX-512", frozenset({"avx512f"})),
+    "avx2": ("AVX2", frozenset({"avx2"})),
+    "arm_bf16": ("Arm bf16", frozenset({"bf16"})),  # aarch64's Features line (FEAT_BF16)
+    "arm": ("Arm", frozenset()),
+    "other": ("other", frozenset()),
+}
+NATIVE_BF16 = frozenset({"amx", "avx512_bf16", "arm_bf16"})
+HAS_AVX512 = frozenset({"amx", "avx512_bf16", "avx512"})  # AVX-512 or AMX: vLLM-CPU's FP8 KV cache
+_X86_ORDER = ["amx", "avx512_bf16", "avx512", "avx2", "other"]
+_ARM_ORDER = ["arm_bf16", "arm"]
+
+
+class CpuIsa(BaseModel):
+    """The CPU's vector instruction set class (`name`, one of ISA_CLASSES) and what it implies."""
+
+    name: str
+    imitated: str | None = None  # the CPU's own class when QUANTKIT_CPU_ISA imitates a lesser one
+
+    @property
+    def label(self) -> str:
+        return ISA_CLASSES[self.name][0]
+
+    @property
+    def native_bf16(self) -> bool:
+        """bf16 arithmetic in hardware; elsewhere every bf16 operation is emulated (AVX2: a matmul
+        ~40-80x slower than float32, FIELD-NOTES 12-05)."""
+        return self.name in NATIVE_BF16
+
+    @property
+    def avx512(self) -> bool:
+        return self.name in HAS_AVX512
+
+    def describe(self) -> str:
+        """The label, and where it is imitated, on what: 'AVX2 (imitated on an AVX-512 BF16 CPU)'."""
+        return f"{self.label}{self.imitation_note}"
+
+    @property
+    def imitation_note(self) -> str:
+        return f" (imitated on an {ISA_CLASSES[self.imitated][0]} CPU: QUANTKIT_CPU_ISA)" if self.imitated else ""
+
+
+# what holds ATen and oneDNN to a lesser ISA than the CPU's (their own settings; vLLM's feature probes
+# are held by serve/imitate/sitecustomize.py)
+_ATEN_CAPABILITY = {"avx2": "avx2", "avx512": "avx512", "avx512_bf16": "avx512"}
+_ONEDNN_ISA = {"avx2": "AVX2", "avx512": "AVX512_CORE", "avx512_bf16": "AVX512_CORE_BF16"}
+
+
+def imitation_env(isa: "CpuIsa") -> dict[str, str]:
+    """The environment that makes torch (ATen, oneDNN) compute as on the imitated CPU; empty when
+    the CPU is not imitating a lesser one."""
+    if not isa.imitated:
+        return {}
+    env = {"QUANTKIT_IMITATED_ISA": isa.name}
+    if isa.name in _ATEN_CAPABILITY:
+        env["ATEN_CPU_CAPABILITY"] = _ATEN_CAPABILITY[isa.name]
+        env["ONEDNN_MAX_CPU_ISA"] = _ONEDNN_ISA[isa.name]
+    return env
+
+
+def imitate_in_process() -> None:
+    """Hold this process's torch to QUANTKIT_CPU_ISA (conversion, calibration): before torch is
+    imported, as ATen and oneDNN read their settings once. A user's own settings win."""
+    if not os.environ.get("QUANTKIT_CPU_ISA"):
+        return
+    for key, value in imitation_env(cpu_isa()).items():
+        os.environ.setdefault(key, value)
+
+
+def cpu_flags() -> tuple[str, frozenset[str]]:
+    """(architecture, the CPU's flags): x86's `flags` or aarch64's `Features` of /proc/cpuinfo."""
+    arch = platform.machine().lower()
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return arch, frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() in ("flags", "Features"):
+            return arch, frozenset(value.split())
+    return arch, frozenset()
+
+
+def isa_of(arch: str, flags: frozenset[str]) -> str:
+    """The best ISA class whose flags `flags` hold, for the architecture `arch`."""
+    if arch in ("aarch64", "arm64"):
+        return "arm_bf16" if "bf16" in flags else "arm"
+    if arch not in ("x86_64", "amd64", "i686", "i386"):
+        return "other"
+    return next((name for name in _X86_ORDER if name != "other" and ISA_CLASSES[name][1] <= flags), "other")
+
+
+def cpu_isa() -> CpuIsa:
+    """This CPU's ISA class, or the lesser class QUANTKIT_CPU_ISA imitates (a UsageError for a class
+    the CPU does not reach: an AVX2 CPU cannot run AVX-512 code)."""
+    arch, flags = cpu_flags()
+    own = isa_of(arch, flags)
+    wanted = os.environ.get("QUANTKIT_CPU_ISA", "").strip().lower().replace("-", "_")
+    if not wanted or wanted == own:
+        return CpuIsa(name=own)
+    order = _ARM_ORDER if own in _ARM_ORDER else _X86_ORDER
+    if wanted not in order or own not in order:
+        names = ", ".join(n for n in order if n != "other")
+        raise UsageError(f"QUANTKIT_CPU_ISA={wanted} is not an ISA class of this {arch} CPU: use one of {names}, "
+                         "or unset it")
+    if order.index(wanted) < order.index(own):
+        raise UsageError(f"QUANTKIT_CPU_ISA={wanted} asks for more than this CPU has ({ISA_CLASSES[own][0]}): "
+                         "quantkit can imitate a lesser ISA only; unset it or name a lesser one")
+    return CpuIsa(name=wanted, imitated=own)
 
 
 def cpu_name() -> str:

@@ -13,6 +13,7 @@ import typer
 
 from .. import __version__
 from ..console import interrupt_handler
+from ..errors import QuantkitError
 
 app = typer.Typer(
     name="quantkit",
@@ -88,6 +89,13 @@ def main() -> None:
     signal.signal(signal.SIGTERM, interrupt_handler)
     signal.signal(signal.SIGINT, interrupt_handler)
     _stacks_on_sigusr1()
+    try:
+        from ..machine import imitate_in_process
+
+        imitate_in_process()  # QUANTKIT_CPU_ISA: before anything imports torch
+    except QuantkitError as exc:
+        sys.stderr.write(f"error: {exc.one_line()}\n")
+        sys.exit(exc.exit_code)
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as exc:

@@ -87,13 +87,22 @@ def demo(
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
-    """The main job on the built-in demo model (recipes/runs/demo.yaml): SmolLM2-135M, bf16 vs INT8 vs GPTQ.
+    """The main job on the built-in demo model: SmolLM2-135M, bf16 vs INT8 (vs GPTQ), each served, measured, evaluated.
 
-    The demo shows the gates' verdicts (pass, fail or inconclusive) in its report but exits 0
-    when one fails or is undecided (a 135M model loses much at 4 bits; that is the finding, not an
-    error of the demo). `quantkit run recipes/runs/demo.yaml` enforces them (exit 3 failed,
-    4 inconclusive)."""
-    _run("demo", force, report_dir, json, quiet, enforce_gates=False)
+    The recipe fits the CPU: recipes/runs/demo.yaml where it computes bf16 natively (AVX-512 BF16,
+    AMX, Arm bf16) or on a GPU; recipes/runs/demo-fp32.yaml elsewhere (AVX2: served in float32,
+    GPTQ left out, fewer eval items; its header says why). `quantkit doctor` says which, and how
+    long it takes here. The demo shows the gates' verdicts (pass, fail or inconclusive) in its
+    report but exits 0 when one fails or is undecided (a 135M model loses much at 4 bits; that is
+    the finding, not an error of the demo). `quantkit run recipes/runs/demo.yaml` enforces them
+    (exit 3 failed, 4 inconclusive)."""
+    from ..console import info
+    from ..demo import profile_for
+    from ..machine import cpu_isa
+
+    profile = profile_for()
+    info(f"demo: recipes/runs/{profile.recipe}.yaml ({cpu_isa().describe()}: {profile.why})")
+    _run(profile.recipe, force, report_dir, json, quiet, enforce_gates=False)
 
 
 @app.command()

@@ -178,6 +178,8 @@ class EvalServer(BaseModel):
     served_model: str | None = None
     started_by_quantkit: bool | None = None
     vllm_version: str | None = None
+    dtype: str | None = None  # what the server computed in (None: not known, e.g. --url)
+    dtype_reason: str | None = None
 
 
 class EvalProtocol(BaseModel):

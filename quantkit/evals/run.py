@@ -375,6 +375,9 @@ def new_run(server: Server, plan: EvalPlan, model_args: dict[str, Any]) -> EvalR
     started_by_quantkit = not getattr(server.info, "remote", True)
     server_record = {"url": server.url, "served_model": server.model_name, "started_by_quantkit": started_by_quantkit,
                      "vllm_version": getattr(server.info, "vllm_version", None),
+                     # what the scores were computed in (float32 on a CPU without native bf16): a recovery
+                     # compares a variant with a baseline served in the same dtype
+                     "dtype": getattr(server.info, "dtype", None), "dtype_reason": getattr(server.info, "dtype_reason", None),
                      "info": server.info.model_dump(mode="json") if server.info is not None else None}
     return EvalRun(
         created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import UsageError, did_you_mean
-from ..machine import has_gpu
+from ..machine import cpu_isa, has_gpu
 from ..serve.config import BOOL_KNOBS, KNOBS, ServeConfig
 from ..serve.hardware_fit import kv_cache_scheme
 
@@ -50,6 +50,8 @@ def resolve_space(settings: SpaceSettings, gpus: int | None = None, model_dir: P
                              "--kv-cache-dtype fp8: leave kv-cache-dtype out of the tune space")
     if gpus or has_gpu():
         space.update({k: list(v) for k, v in GPU_SPACE.items()})
+    elif not scaled and not cpu_isa().avx512:  # vLLM-CPU runs no FP8 KV cache without AVX-512 or AMX (hardware_fit)
+        space.pop("kv_cache_dtype")
     if gpus and gpus > 1:
         sizes = [n for n in (2, 4, 8) if n <= gpus]
         space["tensor_parallel_size"] = [None, *sizes]

@@ -19,7 +19,7 @@ from .. import __version__, machine, models
 from ..console import OutputMode
 from ..recipe import load_run
 from ..store import Store
-from .checks import check_model, check_plan
+from .checks import check_model, check_plan, check_servable_methods
 from .executors import Executor, choose
 from .grow import grow_stage
 from .stages import Lane, RunContext, RunSummary, StageOutcome
@@ -44,10 +44,13 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
         if unknown := [n for n in only if n not in names]:
             raise UsageError(f"--only {unknown[0]}: not a variant of {recipe_path}; {did_you_mean(unknown[0], names)}")
     chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
-    model = models.resolve(plan.model)
     # a recipe that only converts needs no vLLM environment (a GPU session converts while vLLM is
     # still being carried there); measurement keys name the vLLM release that served them
     serves = plan.bench is not None or plan.eval is not None or plan.slo is not None
+    if serves:  # a method this CPU cannot serve: refused before the model is resolved or converted
+        labels = (["baseline"] if plan.baseline else []) + [e.label() for e in plan.methods]
+        check_servable_methods(plan, [x for x in labels if not only or x in only], str(recipe_path))
+    model = models.resolve(plan.model)
     check_model(model, serves)
     from ..serve.env import installed_vllm_version
 
@@ -66,7 +69,8 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
 
         result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
                          bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}",
-                         workload=_workload(plan))
+                         workload=_workload(plan),
+                         about=f"{plan.name}: {plan.description}" if plan.description else plan.name)
         summary.report = {k: str(v) for k, v in result["paths"].items()}
         summary.gates_passed = result["gates_passed"]
         summary.gate_verdict, summary.gate_counts = result["gate_verdict"], result["gate_counts"]

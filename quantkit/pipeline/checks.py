@@ -70,3 +70,26 @@ def _check_calibration(dataset: str, where: str) -> None:
     path = Path(dataset).expanduser()
     if path.suffix.lower() in (".jsonl", ".json", ".txt", ".parquet") and not path.is_file():
         raise UsageError(f"{where}: calibration file {path} does not exist")
+
+
+def check_servable_methods(plan: RunRecipe, labels: list[str], source: str) -> None:
+    """Every method the run will convert and serve on this CPU is one its vLLM-CPU can serve
+    (serve/hardware_fit.scheme_refusal): refused now, not after a conversion of minutes. A
+    machine with a GPU, and a method given as an existing `checkpoint:` (checked when its server
+    starts), pass."""
+    from ..machine import cpu_isa, has_gpu
+    from ..serve.hardware_fit import scheme_refusal
+
+    if has_gpu():
+        return
+    isa = cpu_isa()
+    for entry in plan.methods:
+        if entry.checkpoint is not None or entry.label() not in labels:
+            continue
+        recipe = entry.quant_recipe()
+        reason = scheme_refusal(recipe.scheme, recipe.kv_cache, isa)
+        if reason:
+            others = [label for label in labels if label != entry.label()]
+            raise UsageError(f"{source}: method {entry.label()} cannot be served here: {reason}; remove it from "
+                             "methods, " + (f"run the others (--only {' --only '.join(others)}), " if others else "")
+                             + "or run on an AVX-512 CPU or a GPU")

@@ -41,9 +41,17 @@ def _probe(dirs: list[Path], timeout: float) -> list[dict[str, Any]]:
     python = settings.backend_python("vllm")
     if python is None:
         raise SetupError("no vLLM environment: run scripts/setup.sh or set QUANTKIT_VLLM")
+    from ..machine import has_gpu
+    from ..serve.env import imitated_cpu_env
+    from ..serve.hardware_fit import serving_dtype
+
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    gpu = has_gpu()
+    if not gpu:
+        env.update(imitated_cpu_env(env))  # QUANTKIT_CPU_ISA: load as on the imitated CPU
+    dtype = serving_dtype(None, gpu=gpu).dtype  # as quantkit serves on this machine
     proc = subprocess.run(
-        [str(python), str(PROBE), *map(str, dirs)],
+        [str(python), str(PROBE), *(["--dtype", dtype] if dtype else []), *map(str, dirs)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout,
         start_new_session=True,
     )

@@ -306,7 +306,7 @@ def _accuracy(ev: Evidence, fig: CardFigures) -> list[str]:
     versions = run.versions or {}  # package -> version: a mapping by nature, read by key
     vllm = run.server.vllm_version if run.server is not None else None
     out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids) against vLLM "
-               f"{vllm or MISSING}. Recovery = quantized / baseline on the same items "
+               f"{vllm or MISSING}{_computing_in(run.server)}. Recovery = quantized / baseline on the same items "
                "(baseline / quantized for perplexities), with its 95% interval from the paired per-item scores "
                "(delta method with their covariance; perplexity: documents resampled together, seeded).")
     if provenance := baseline_provenance(ev.convert, ev.model):
@@ -368,6 +368,15 @@ def _protocol(run: EvalRun) -> list[str]:
     return out + ([""] if out[-1] != "" else [])
 
 
+def _computing_in(server: Any) -> str:
+    """', computing in float32 (AVX2 has no bf16 arithmetic: ...)' for a server whose dtype is known."""
+    dtype = getattr(server, "dtype", None)
+    if not dtype:
+        return ""
+    reason = getattr(server, "dtype_reason", None)
+    return f", computing in {dtype}" + (f" ({reason})" if reason else "")
+
+
 def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
     """The benchmark's load points beside the baseline's, its operating point and the kernels vLLM chose."""
     out = ["## Throughput and latency", ""]
@@ -381,7 +390,7 @@ def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
     finished = ev.bench.status == "done" and (bench.complete or "complete" not in bench.model_fields_set)
     out.append(f"quantkit's streaming load generator against vLLM {server.vllm_version or MISSING} on "
                f"{count}{hw.device or MISSING}" + (f" ({hw.cpu_count} CPUs)" if not hw.gpu and hw.cpu_count else "")
-               + f"; prompts of {wl.input_len or MISSING} tokens, {wl.output_len or MISSING} output "
+               + _computing_in(server) + f"; prompts of {wl.input_len or MISSING} tokens, {wl.output_len or MISSING} output "
                f"tokens, server flags `{' '.join(row.serve_args) or 'defaults'}`."
                + ("" if finished else f" The benchmark stopped early ({ev.bench.status}: "
                   f"{ev.bench.error or 'no reason stored'}); these are the points it finished."))

@@ -199,9 +199,31 @@ def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
         return None
 
 
+def _served(v: Variant) -> Any:
+    """The server a variant was measured on (its capacity search's, bench's or eval's), or None."""
+    for result in (v.capacity, v.bench):
+        if result is not None and result.model_fields_set and result.server is not None:
+            return result.server
+    return v.eval.server if v.eval is not None and v.eval.model_fields_set else None
+
+
+def _served_dtype(variants: list[Variant]) -> str | None:
+    """'float32 (why)' when every variant served in one dtype, else each variant's."""
+    found = {v.name: (s.dtype, getattr(s, "dtype_reason", None)) for v in variants
+             if (s := _served(v)) is not None and getattr(s, "dtype", None)}
+    if not found:
+        return None
+    if len(set(found.values())) == 1:
+        dtype, reason = next(iter(found.values()))
+        return dtype + (f" ({reason})" if reason else "")
+    return "; ".join(f"{name}: {dtype}" + (f" ({reason})" if reason else "") for name, (dtype, reason) in found.items())
+
+
 def environment(variants: list[Variant]) -> dict[str, Any]:
     env: dict[str, Any] = {}
     for v in variants:
+        if (served := _served(v)) is not None and getattr(served, "cpu_isa", None):
+            env.setdefault("cpu_isa", served.cpu_isa)
         if v.bench is not None and v.bench.model_fields_set:
             env.setdefault("device", v.bench.hardware.device)
             env.setdefault("cpu_count", v.bench.hardware.cpu_count)
@@ -214,23 +236,26 @@ def environment(variants: list[Variant]) -> dict[str, Any]:
         if v.eval is not None and v.eval.model_fields_set:
             for name, version in (v.eval.versions or {}).items():
                 env.setdefault(name, version)
+    env["served dtype"] = _served_dtype(variants)
     return {k: val for k, val in env.items() if val is not None}
 
 
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
             workload: tuple | None = None, accuracy_from: str | None = None, slo: Any = None,
-            stored_gates: bool = True, price_per_hour: float | None = None) -> dict[str, Any]:
+            stored_gates: bool = True, price_per_hour: float | None = None, about: str | None = None) -> dict[str, Any]:
     """The report of a model's stored results; `slo` (a measure.slo.Slo) re-derives every capacity
     under it from the stored ladders (ladders.py) instead of showing the SLO they were measured under.
     Without `gates`, the gates the run itself used (stored with its evals) apply, unless `stored_gates`
-    is False; the report says which applied."""
+    is False; the report says which applied. `about`: what the run that measured it was (its
+    recipe's name and description: the demo's recipe differs by CPU), the report's first note."""
     from .ladders import apply_slo
     from .tiers import tier_results
     from .proxy import borrow_accuracy
     from .render import write_report
 
     model, by_variant, notes = gather(store, model, keys, workload)
+    notes = ([f"recipe {about}"] if about else []) + notes
     base = by_variant.get("baseline", {}).get("eval")
     baseline_eval = base.result if base is not None and base.status == "done" else None
     gates = {k: v for k, v in (gates or {}).items() if v}

@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from ..errors import UsageError
 
@@ -27,6 +27,7 @@ from ..errors import UsageError
 # names a secret, or a last word that does (`hf-token`, `api-key`, `apikey`); a token *count*
 # (`max-num-batched-tokens`, `long-prefill-token-threshold`) is no secret.
 MASK = "***"
+DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's --dtype choices
 _SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "secrets", "credential", "credentials")
 _SECRET_ENDINGS = ("token", "key", "keys")  # of the last word: `hf-token`, `apikey`, `access-keys`
 _SECRET_LAST_WORDS = ("auth", "authorization")
@@ -123,6 +124,10 @@ class ServeConfig(BaseModel):
     # vLLM's default is the model's (8192 here): KV-cache hungry on CPU
     max_model_len: int | None = Field(2048, ge=1, description="Context length the server accepts.")
     kv_cache_dtype: str | None = Field(None, description="KV-cache dtype (auto, fp8, ...).")
+    # None: quantkit picks on a CPU (serve/hardware_fit.py: bf16 only where the CPU computes it natively)
+    dtype: str | None = Field(None, description="vLLM --dtype of activations and unquantized weights (auto, bfloat16, "
+                              "float16, float32; default on a CPU: bfloat16 where it computes bf16 natively, "
+                              "float32 elsewhere; on a GPU: vLLM's).")
     tensor_parallel_size: int | None = Field(None, ge=1, description="Tensor-parallel GPUs.")
     pipeline_parallel_size: int | None = Field(None, ge=1, description="Pipeline-parallel stages.")
     distributed_executor_backend: str | None = Field(None, description="mp, ray (multi-node), uni.")
@@ -130,6 +135,13 @@ class ServeConfig(BaseModel):
     enforce_eager: bool = Field(False, description="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")
     # free-form `--serve-arg k=v`: flag name (no dashes) -> value; None = a bare flag
     extra: dict[str, str | None] = Field(default_factory=dict)
+
+    @field_validator("dtype")
+    @classmethod
+    def _known_dtype(cls, value: str | None) -> str | None:
+        if value is not None and value not in DTYPES:
+            raise ValueError(f"'{value}' is not a vLLM dtype: use one of {', '.join(DTYPES)}")
+        return value
 
     @field_serializer("extra", when_used="json")
     def _extra_masked(self, extra: dict[str, str | None]) -> dict[str, str | None]:

