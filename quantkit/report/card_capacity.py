@@ -46,9 +46,12 @@ def capacity_lines(store: Store, ev: Any, measured: CapacityCell | None) -> list
                       "published here. `quantkit bench DIR --capacity --slo ...` measures a steady state (Poisson "
                       "arrivals).", ""]
     device = stored.hardware.device or "a machine not recorded"
+    server = result.server
+    dtype = (f", computing in {server.dtype}" + (f" ({server.dtype_reason})" if server.dtype_reason else "")
+             if server is not None and server.dtype else "")
     out.append(f"Measured with {profile.sent_as} ({s.input_len} prompt / {s.output_len} output tokens), "
                f"each load a steady-state window judged at {int(round((result.window.confidence if result.window else 0.95) * 100))}% "
-               f"confidence, on {device}, server flags `{' '.join(measured.serve_args) or 'defaults'}`.")
+               f"confidence, on {device}{dtype}, server flags `{' '.join(measured.serve_args) or 'defaults'}`.")
     rows = [_row(f"{measured.slo} (measured)", measured, profile)]
     points = store.points(ev.stages["capacity"].id)
     for tier in TIERS.values():  # each tier's cell as the report's tier table has it (report/tiers.py)

