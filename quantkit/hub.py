@@ -306,7 +306,7 @@ def _stale_checkpoint_files(api, repo: str, revision: str, new: set[str]) -> lis
 
 
 def _masked(text: str) -> str:
-    from .serve.config import mask_text
+    from .secrets import mask_text
 
     return mask_text(text)
 

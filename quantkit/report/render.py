@@ -439,7 +439,7 @@ def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
         images[plot.name] = png
         paths[f"plot:{plot.name}"] = atomic_write_bytes(out_dir / "plots" / f"{plot.name}.png", png)
     # the records are masked as they are stored; a store written before that is masked here
-    from ..serve.config import mask_secrets, mask_text
+    from ..secrets import mask_secrets, mask_text
 
     paths["md"] = atomic_write_bytes(out_dir / "report.md", mask_text(render_markdown(report)).encode())
     paths["html"] = atomic_write_bytes(out_dir / "report.html", mask_text(render_html(report, images)).encode())
