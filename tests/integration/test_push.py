@@ -386,7 +386,7 @@ def test_a_secret_serving_flag_never_reaches_the_card_or_the_hub(world):
     assert proc.returncode == 0, proc.stderr
     text = card.read_text()
     assert secret not in text, [l for l in text.splitlines() if secret in l]
-    assert "--hf-token *** --api-key ***" in text
+    assert "--hf-token '***' --api-key '***'" in text  # shell-quoted: pasted, no glob
     pushed = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
     assert pushed.returncode == 0, pushed.stderr
     for name, data in files_of(download(world)).items():

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.markdown import rendered, structure
+
 from quantkit.errors import UsageError
 from quantkit.quantize import _replace, check_output
 
@@ -226,3 +228,51 @@ def test_a_checkpoint_variant_is_labelled_by_a_plain_name(tmp_path, folder):
     recipe.write_text(f"kind: run\nname: t\nmodel: smollm2-135m\nmethods:\n  - checkpoint: {json.dumps(checkpoint)}\n"
                       "    name: external-awq\n")
     assert load_run(recipe).methods[0].label() == "external-awq"
+
+
+# -- issue 39: what Markdown renders, escaped by the one function the report and the card share -----------
+
+# text from a store written before names were checked, an error, a note, a kernel line
+MARKUP_TEXTS = MARKUP_NAMES + ["a\\](javascript:x)", "[a]: javascript:alert(1)", "> quoted", "# heading",
+                               "<!-- c -->", "&#60;script&#62;", "x\n\n<b>new paragraph</b>", "*a*b_c_", "```"]
+
+
+@pytest.mark.parametrize("text", MARKUP_TEXTS)
+def test_md_escape_renders_exactly_the_text(text):
+    from markdown_it.common.utils import escapeHtml
+
+    from quantkit.report.render import markdown_table, md_code, md_escape
+
+    one_line = " ".join(text.split())
+    assert rendered(md_escape(text)) == f"<p>{escapeHtml(one_line)}</p>\n"
+    assert rendered(f"x {md_code(text)} y") == f"<p>x <code>{escapeHtml(one_line)}</code> y</p>\n"
+    table = rendered("\n".join(markdown_table(["name", "code"], [[text, md_code(text)]])))
+    assert f"<td>{escapeHtml(one_line)}</td>" in table and f"<td><code>{escapeHtml(one_line)}</code></td>" in table
+
+
+def _report_markdown(tmp_path: Path, text: str) -> str:
+    from quantkit import report as R
+    from quantkit.report.render import write_report
+
+    bench = {"kind": "quantkit.bench", "model_dir": "/m", "model_name": "m", "checkpoint": {"method": "none"},
+             "server": {"url": "http://127.0.0.1:1", "model_name": "m", "vllm_version": "0.32.0", "quant_lines": [text],
+                        "serve_config": {"extra": {"chat-template": text}}},
+             "workload": {"input_len": 8, "output_len": 8}, "points": [], "complete": True}
+    variants = [R.Variant(name="baseline", method="bf16", model_dir="/m", bench=bench),
+                R.Variant(name=text, method=text, model_dir=f"/m/{text}", status="failed", error=text)]
+    report = R.build_report(variants, title=f"quantkit report: {text}", recipe_hash="x",
+                            environment={"device": text, "vllm": "0.32.0", "quantkit": "0"}, notes=[text])
+    return Path(write_report(report, tmp_path)["md"]).read_text()
+
+
+@pytest.mark.parametrize("text", MARKUP_TEXTS)
+def test_a_report_renders_names_errors_and_notes_as_text(tmp_path, text):
+    """A variant named so, failed with it as its error, with it as a note, a kernel line, a serving
+    flag's value: the rendered report has exactly the elements it has with a plain word there (no
+    tag, link, image, emphasis or block of the text's own), and shows the text."""
+    from markdown_it.common.utils import escapeHtml
+
+    plain = rendered(_report_markdown(tmp_path / "plain", "plainword"))
+    html = rendered(_report_markdown(tmp_path / "hostile", text))
+    assert structure(html) == structure(plain)
+    assert escapeHtml(" ".join(text.split())) in html
