@@ -26,7 +26,10 @@ card says at the top, in plain words, that the checkpoint was not validated and 
 
 The card
 --------
-`report/card.py` writes it from the same evidence (report/gather.py: `evidence_for`).
+`report/card.py` writes it from the same evidence (report/gather.py: `evidence_for`). `quantkit card`
+writes it to README.md beside the checkpoint (or `-o`); a file there that is not a card quantkit
+wrote (a hand-written README) is replaced only with `--force`, after a copy README.md.<time>.bak
+(which `push` does not upload).
 
 The upload
 ----------
@@ -57,14 +60,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from . import __version__, settings
 from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
-from .files import atomic_write_text
+from .files import atomic_write_text, unique_path
 from .evals.gates import gate_failure_message, gates_text
-from .report.card import build_card
+from .report.card import CARD_MARK, build_card
 from .report import records
 from .report.gather import Evidence, evidence_for, variant_of
 from .store import Store
@@ -82,6 +86,7 @@ LOCAL_ONLY_DIRS = {"quantkit-bench", "quantkit-eval", ".cache", ".git"}
 # Files that make up a checkpoint for a loader: a stale one beside new weights is read with them.
 CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
 CHECKPOINT_NAMES = {"quantize_config.json", "quant_config.json", "recipe.yaml", "quantkit.json"}
+BACKUP_SUFFIX = ".bak"  # `card --force`'s copy of the file it replaced: README.md.<time>.bak
 
 
 def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None) -> Evidence:
@@ -199,16 +204,38 @@ def _checkpoint(model_dir: str | Path) -> Path:
 
 
 def card(model_dir: str | Path, output: str | Path | None = None, *, repo: str | None = None,
-         base_model: str | None = None, gates: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the card for review; it says whether the checkpoint would pass `push`'s gates."""
+         base_model: str | None = None, gates: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+    """Write the card for review; it says whether the checkpoint would pass `push`'s gates. A file
+    there that is not a card quantkit wrote (a hand-written README.md) is replaced only with
+    `force`, and kept beside it first (`README.md.<time>.bak`)."""
     path = _checkpoint(model_dir)
+    out = Path(output) if output else path / "README.md"
+    foreign = _foreign_file(out)
+    if foreign and not force:
+        raise UsageError(f"{out} exists and is not a card quantkit wrote; pass --force to replace it (it is kept "
+                         f"as {out.name}.<time>{BACKUP_SUFFIX}), or write the card elsewhere with -o")
     with Store() as store:
         ev = gather_evidence(store, path, gates)
         model_card = build_card(store, ev, repo, base_model=base_model)
-    out = Path(output) if output else path / "README.md"
+    backup = None
+    if foreign:
+        backup = unique_path(out.parent, f"{out.name}.", BACKUP_SUFFIX)
+        shutil.copy2(out, backup)
     # atomic: a full disk leaves the old card (or none), never an empty README.md
     atomic_write_text(out, _masked(scrub_paths(str(model_card), local_roots(path), own=True)))
-    return {"path": str(out), "validated": ev.validated, "reason": ev.reason, "model": ev.model, "variant": ev.variant}
+    return {"path": str(out), "validated": ev.validated, "reason": ev.reason, "model": ev.model, "variant": ev.variant,
+            "backup": str(backup) if backup else None}
+
+
+def _foreign_file(out: Path) -> bool:
+    """Whether `out` is a file quantkit did not write as a card (its provenance line says so)."""
+    if not out.is_file():
+        return False
+    try:
+        with open(out, "rb") as fh:
+            return CARD_MARK.encode() not in fh.read(SCRUB_MAX_BYTES)
+    except OSError:
+        return True
 
 
 def _commit_files(checkpoint: Path) -> list[tuple[str, Path]]:
@@ -217,6 +244,8 @@ def _commit_files(checkpoint: Path) -> list[tuple[str, Path]]:
         rel = p.relative_to(checkpoint)
         if not p.is_file() or rel.parts[0] in LOCAL_ONLY_DIRS or rel.as_posix() == "README.md":
             continue
+        if p.name.startswith("README.md.") and p.name.endswith(BACKUP_SUFFIX):
+            continue  # the hand-written README `quantkit card --force` kept: the user's, not the checkpoint's
         if p.name.endswith((".tmp", ".lock")) or p.name.startswith(".~"):
             continue  # a half-written file of a running process
         files.append((rel.as_posix(), p))

@@ -95,6 +95,7 @@ def card(
     min_recovery: Optional[float] = MIN_RECOVERY,
     min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
     gate: List[str] = GATE,
+    force: bool = typer.Option(False, "--force", help="Replace a file there that is not a card quantkit wrote (a hand-written README.md); it is kept as README.md.<time>.bak."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
@@ -105,10 +106,10 @@ def card(
         if repo is not None:
             check_repo_id(repo)
         return hub.card(model_dir, output, repo=repo, base_model=base_model,
-                        gates=_gates(min_recovery, min_task_recovery, gate))
+                        gates=_gates(min_recovery, min_task_recovery, gate), force=force)
 
     def human(r):
         verdict = "validated" if r["validated"] else f"not validated: {r['reason']}"
-        stdout.print(f"card: {r['path']} ({verdict})")
+        stdout.print(f"card: {r['path']} ({verdict})" + (f"; the file it replaced: {r['backup']}" if r["backup"] else ""))
 
     run_command(body, mode(json, quiet), human)
