@@ -40,11 +40,11 @@ used rather than upload_folder because, with hf_xet installed, upload_folder may
 into several commits; a single commit is atomic: an upload that dies before it leaves the repo
 as it was. Files whose remote hash equals the local one are skipped by the client, and a commit
 with nothing left is not made; `push` reports "nothing changed" then.
-A repo (revision) that already holds another checkpoint's files (weights, their index, a
-quantization config) that this one does not have is refused: the old shards and index beside the
-new weights would load as a mix of both. With `--force` those files are deleted in the same
-commit (CommitOperationDelete), so the repo holds exactly the new checkpoint; other files (a
-LICENSE, images) are left.
+A repo (revision) that already holds files this checkpoint does not have is refused: old shards
+and their index beside the new weights load as a mix of both, and an old generation_config.json
+(vLLM's sampling defaults), tokenizer files or custom code are read with the new weights. With
+`--force` those files are deleted in the same commit (CommitOperationDelete), so the repo holds
+exactly the new checkpoint (and the Hub's own .gitattributes).
 No uploaded file names a folder of this machine: quantkit.json, the card and every other text file
 (configs, recipe.yaml, tokenizer files) go up with the checkout, the home directory, QUANTKIT_HOME,
 the data and models folders and the checkpoint itself written as `<checkout>`, `~`,
@@ -83,10 +83,9 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~$<>-])/(?:[\w.+@-]+/)*[\w.+@-]+")
 PATH_CHAR = r"[\w.+@-]"
 # quantkit's result folders: their numbers are in the card; the files hold local paths and logs
 LOCAL_ONLY_DIRS = {"quantkit-bench", "quantkit-eval", ".cache", ".git"}
-# Files that make up a checkpoint for a loader: a stale one beside new weights is read with them.
-CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
-CHECKPOINT_NAMES = {"quantize_config.json", "quant_config.json", "recipe.yaml", "quantkit.json"}
 BACKUP_SUFFIX = ".bak"  # `card --force`'s copy of the file it replaced: README.md.<time>.bak
+# Files the Hub keeps of its own in every repo: a push never deletes them
+HUB_FILES = {".gitattributes"}
 
 
 def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None) -> Evidence:
@@ -307,12 +306,12 @@ def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes,
     ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=upload_bytes(name, p, roots) or str(p))
            for name, p in files]
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
-    stale = _stale_checkpoint_files(api, repo, target, {name for name, _ in files}) if head else []
+    stale = _stale_files(api, repo, target, {name for name, _ in files} | {"README.md"}) if head else []
     if stale and not force:
         shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
-        raise UsageError(f"{repo} ({target}) holds checkpoint files that {path.name} does not have ({shown}): "
-                         "they would stay beside the new weights; pass --force to delete them in the same commit, "
-                         "or push to a new --repo or --revision")
+        raise UsageError(f"{repo} ({target}) holds files that {path.name} does not have ({shown}): they would stay "
+                         "beside the new checkpoint and be read with it; pass --force to delete them in the same "
+                         "commit, or push to a new --repo or --revision")
     ops += [CommitOperationDelete(path_in_repo=name) for name in stale]
     info(f"pushing {len(files) + 1} files of {path.name} to {repo} ({target}) in one commit"
          + (f", deleting {len(stale)} old checkpoint file(s)" if stale else ""))
@@ -324,14 +323,12 @@ def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes,
             "commit_url": commit.commit_url if changed else None, "pr_url": commit.pr_url, "deleted": stale}
 
 
-def _stale_checkpoint_files(api, repo: str, revision: str, new: set[str]) -> list[str]:
-    """The repo's checkpoint files (weights, their index, quantization configs) that the new
-    commit does not write: left there, a loader would read them with the new weights."""
-    def is_checkpoint(name: str) -> bool:
-        base = name.rsplit("/", 1)[-1]
-        return base.endswith(CHECKPOINT_SUFFIXES) or base.endswith(".index.json") or base in CHECKPOINT_NAMES
-
-    return sorted(n for n in api.list_repo_files(repo, revision=revision) if is_checkpoint(n) and n not in new)
+def _stale_files(api, repo: str, revision: str, new: set[str]) -> list[str]:
+    """The repo's files that the new commit does not write (the Hub's own .gitattributes aside):
+    not only old weights, their index and quantization configs, but a generation_config.json
+    (vLLM takes its sampling defaults from it), tokenizer files, custom code. Left there, a loader
+    reads them with the new checkpoint: the repo must hold exactly the new one."""
+    return sorted(n for n in api.list_repo_files(repo, revision=revision) if n not in new and n not in HUB_FILES)
 
 
 def _masked(text: str) -> str:

@@ -57,7 +57,7 @@ def push(
     revision: Optional[str] = typer.Option(None, "--revision", help="Branch to commit to (created from main if missing)."),
     create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request instead of committing to the branch."),
     commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Commit message."),
-    force: bool = typer.Option(False, "--force", help="Push even if not validated; the card then says so."),
+    force: bool = typer.Option(False, "--force", help="Push even if not validated (the card then says so), and delete the files the repo holds that this checkpoint does not have."),
     base_model: Optional[str] = BASE_MODEL,
     min_recovery: Optional[float] = MIN_RECOVERY,
     min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
