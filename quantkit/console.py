@@ -32,6 +32,7 @@ from rich.markup import escape
 
 from . import settings
 from .errors import QuantkitError
+from .secrets import mask_secrets, mask_text
 
 def _width(stream) -> int | None:
     """A terminal's own width; piped output is not hard-wrapped (log paths, keys stay whole)."""
@@ -261,28 +262,31 @@ def to_jsonable(value: Any) -> Any:
 
 
 def emit(result: Any, mode: OutputMode, human: Callable[[Any], None] | None = None) -> None:
-    """Print a command's result: JSON for machines, the human renderer otherwise."""
+    """Print a command's result: JSON for machines (secrets masked, as the store holds them), the
+    human renderer otherwise."""
     if mode.quiet or result is None:
         return
     if mode.json:
-        sys.stdout.write(json.dumps(to_jsonable(result), indent=2, sort_keys=False) + "\n")
+        sys.stdout.write(json.dumps(mask_secrets(to_jsonable(result)), indent=2, sort_keys=False) + "\n")
         sys.stdout.flush()
     elif human is not None:
         human(result)
     else:
-        stdout.print(json.dumps(to_jsonable(result), indent=2))
+        stdout.print(json.dumps(mask_secrets(to_jsonable(result)), indent=2))
 
 
 def fail(message: str, code: int, exc: BaseException | None = None, mode: OutputMode | None = None) -> None:
-    """One line on stderr (and, with --json, `{"error", "exit_code"}` on stdout), then exit."""
+    """One line on stderr (and, with --json, `{"error", "exit_code"}` on stdout), then exit. The
+    line never shows a secret (a `--url`'s password, a secret flag's value): it is masked here."""
     log = getattr(exc, "log_file", None)
     if log and log not in message:
         last = last_relevant_line(Path(log))
         message += f" (library log: {log}" + (f"; its last line: {last}" if last and last not in message else "") + ")"
+    message = mask_text(message)
     if mode is not None and mode.json:
         payload: dict[str, Any] = {"error": message, "exit_code": code}
         if getattr(exc, "result", None) is not None:  # what was computed before the failure
-            payload["result"] = to_jsonable(exc.result)
+            payload["result"] = mask_secrets(to_jsonable(exc.result))
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         sys.stdout.flush()
     stderr.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)

@@ -1,4 +1,5 @@
-"""Files quantkit writes and reads: atomic writes (a reader never sees half a file), JSON Lines.
+"""Files quantkit writes and reads: atomic writes (a reader never sees half a file), JSON Lines,
+and the names a file or folder of quantkit's may take (plain names).
 
 Every result file is written to a temporary sibling and renamed into place; a failure (disk
 full, Ctrl-C) removes the temporary file, so nothing half-written survives beside the results.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -100,3 +102,20 @@ def prune(folder: Path, pattern: str, keep: int) -> list[Path]:
         except OSError:
             pass  # another process's log still being written, or already gone
     return removed
+
+
+# A plain name: one folder or file name that stays where it is put (a variant's label names
+# models/<model>-<label>-<hash8>; a model's name, reports/<model>) and one word in a report or a
+# card (nothing Markdown, HTML or a shell reads as markup).
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}")
+PLAIN_NAME_RULE = "use letters, digits and . _ + - (no '/' or '\\', not starting with '.'), at most 100 characters"
+
+
+def is_plain_name(value: Any) -> bool:
+    return isinstance(value, str) and PLAIN_NAME.fullmatch(value) is not None
+
+
+def is_path_name(value: Any) -> bool:
+    """Whether `value` names one entry of a folder (a name with a separator, '.' or '..' names
+    another folder: `reports/../../..` is not inside reports/)."""
+    return isinstance(value, str) and value not in ("", ".", "..") and not any(c in value for c in "/\\\0")

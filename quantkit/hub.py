@@ -26,7 +26,10 @@ card says at the top, in plain words, that the checkpoint was not validated and 
 
 The card
 --------
-`report/card.py` writes it from the same evidence (report/gather.py: `evidence_for`).
+`report/card.py` writes it from the same evidence (report/gather.py: `evidence_for`). `quantkit card`
+writes it to README.md beside the checkpoint (or `-o`); a file there that is not a card quantkit
+wrote (a hand-written README) is replaced only with `--force`, after a copy README.md.<time>.bak
+(which `push` does not upload).
 
 The upload
 ----------
@@ -37,11 +40,11 @@ used rather than upload_folder because, with hf_xet installed, upload_folder may
 into several commits; a single commit is atomic: an upload that dies before it leaves the repo
 as it was. Files whose remote hash equals the local one are skipped by the client, and a commit
 with nothing left is not made; `push` reports "nothing changed" then.
-A repo (revision) that already holds another checkpoint's files (weights, their index, a
-quantization config) that this one does not have is refused: the old shards and index beside the
-new weights would load as a mix of both. With `--force` those files are deleted in the same
-commit (CommitOperationDelete), so the repo holds exactly the new checkpoint; other files (a
-LICENSE, images) are left.
+A repo (revision) that already holds files this checkpoint does not have is refused: old shards
+and their index beside the new weights load as a mix of both, and an old generation_config.json
+(vLLM's sampling defaults), tokenizer files or custom code are read with the new weights. With
+`--force` those files are deleted in the same commit (CommitOperationDelete), so the repo holds
+exactly the new checkpoint (and the Hub's own .gitattributes).
 No uploaded file names a folder of this machine: quantkit.json, the card and every other text file
 (configs, recipe.yaml, tokenizer files) go up with the checkout, the home directory, QUANTKIT_HOME,
 the data and models folders and the checkpoint itself written as `<checkout>`, `~`,
@@ -57,14 +60,15 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 from . import __version__, settings
 from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
-from .files import atomic_write_text
+from .files import atomic_write_text, unique_path
 from .evals.gates import gate_failure_message, gates_text
-from .report.card import build_card
+from .report.card import CARD_MARK, build_card
 from .report import records
 from .report.gather import Evidence, evidence_for, variant_of
 from .store import Store
@@ -79,9 +83,9 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.:/~$<>-])/(?:[\w.+@-]+/)*[\w.+@-]+")
 PATH_CHAR = r"[\w.+@-]"
 # quantkit's result folders: their numbers are in the card; the files hold local paths and logs
 LOCAL_ONLY_DIRS = {"quantkit-bench", "quantkit-eval", ".cache", ".git"}
-# Files that make up a checkpoint for a loader: a stale one beside new weights is read with them.
-CHECKPOINT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack", ".onnx")
-CHECKPOINT_NAMES = {"quantize_config.json", "quant_config.json", "recipe.yaml", "quantkit.json"}
+BACKUP_SUFFIX = ".bak"  # `card --force`'s copy of the file it replaced: README.md.<time>.bak
+# Files the Hub keeps of its own in every repo: a push never deletes them
+HUB_FILES = {".gitattributes"}
 
 
 def gather_evidence(store: Store, checkpoint: Path, gates: dict[str, Any] | None) -> Evidence:
@@ -199,16 +203,38 @@ def _checkpoint(model_dir: str | Path) -> Path:
 
 
 def card(model_dir: str | Path, output: str | Path | None = None, *, repo: str | None = None,
-         base_model: str | None = None, gates: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Write the card for review; it says whether the checkpoint would pass `push`'s gates."""
+         base_model: str | None = None, gates: dict[str, Any] | None = None, force: bool = False) -> dict[str, Any]:
+    """Write the card for review; it says whether the checkpoint would pass `push`'s gates. A file
+    there that is not a card quantkit wrote (a hand-written README.md) is replaced only with
+    `force`, and kept beside it first (`README.md.<time>.bak`)."""
     path = _checkpoint(model_dir)
+    out = Path(output) if output else path / "README.md"
+    foreign = _foreign_file(out)
+    if foreign and not force:
+        raise UsageError(f"{out} exists and is not a card quantkit wrote; pass --force to replace it (it is kept "
+                         f"as {out.name}.<time>{BACKUP_SUFFIX}), or write the card elsewhere with -o")
     with Store() as store:
         ev = gather_evidence(store, path, gates)
         model_card = build_card(store, ev, repo, base_model=base_model)
-    out = Path(output) if output else path / "README.md"
+    backup = None
+    if foreign:
+        backup = unique_path(out.parent, f"{out.name}.", BACKUP_SUFFIX)
+        shutil.copy2(out, backup)
     # atomic: a full disk leaves the old card (or none), never an empty README.md
     atomic_write_text(out, _masked(scrub_paths(str(model_card), local_roots(path), own=True)))
-    return {"path": str(out), "validated": ev.validated, "reason": ev.reason, "model": ev.model, "variant": ev.variant}
+    return {"path": str(out), "validated": ev.validated, "reason": ev.reason, "model": ev.model, "variant": ev.variant,
+            "backup": str(backup) if backup else None}
+
+
+def _foreign_file(out: Path) -> bool:
+    """Whether `out` is a file quantkit did not write as a card (its provenance line says so)."""
+    if not out.is_file():
+        return False
+    try:
+        with open(out, "rb") as fh:
+            return CARD_MARK.encode() not in fh.read(SCRUB_MAX_BYTES)
+    except OSError:
+        return True
 
 
 def _commit_files(checkpoint: Path) -> list[tuple[str, Path]]:
@@ -217,6 +243,8 @@ def _commit_files(checkpoint: Path) -> list[tuple[str, Path]]:
         rel = p.relative_to(checkpoint)
         if not p.is_file() or rel.parts[0] in LOCAL_ONLY_DIRS or rel.as_posix() == "README.md":
             continue
+        if p.name.startswith("README.md.") and p.name.endswith(BACKUP_SUFFIX):
+            continue  # the hand-written README `quantkit card --force` kept: the user's, not the checkpoint's
         if p.name.endswith((".tmp", ".lock")) or p.name.startswith(".~"):
             continue  # a half-written file of a running process
         files.append((rel.as_posix(), p))
@@ -278,12 +306,12 @@ def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes,
     ops = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=upload_bytes(name, p, roots) or str(p))
            for name, p in files]
     ops.append(CommitOperationAdd(path_in_repo="README.md", path_or_fileobj=readme))
-    stale = _stale_checkpoint_files(api, repo, target, {name for name, _ in files}) if head else []
+    stale = _stale_files(api, repo, target, {name for name, _ in files} | {"README.md"}) if head else []
     if stale and not force:
         shown = ", ".join(stale[:4]) + (f" and {len(stale) - 4} more" if len(stale) > 4 else "")
-        raise UsageError(f"{repo} ({target}) holds checkpoint files that {path.name} does not have ({shown}): "
-                         "they would stay beside the new weights; pass --force to delete them in the same commit, "
-                         "or push to a new --repo or --revision")
+        raise UsageError(f"{repo} ({target}) holds files that {path.name} does not have ({shown}): they would stay "
+                         "beside the new checkpoint and be read with it; pass --force to delete them in the same "
+                         "commit, or push to a new --repo or --revision")
     ops += [CommitOperationDelete(path_in_repo=name) for name in stale]
     info(f"pushing {len(files) + 1} files of {path.name} to {repo} ({target}) in one commit"
          + (f", deleting {len(stale)} old checkpoint file(s)" if stale else ""))
@@ -295,18 +323,16 @@ def _upload(path: Path, repo: str, files: list[tuple[str, Path]], readme: bytes,
             "commit_url": commit.commit_url if changed else None, "pr_url": commit.pr_url, "deleted": stale}
 
 
-def _stale_checkpoint_files(api, repo: str, revision: str, new: set[str]) -> list[str]:
-    """The repo's checkpoint files (weights, their index, quantization configs) that the new
-    commit does not write: left there, a loader would read them with the new weights."""
-    def is_checkpoint(name: str) -> bool:
-        base = name.rsplit("/", 1)[-1]
-        return base.endswith(CHECKPOINT_SUFFIXES) or base.endswith(".index.json") or base in CHECKPOINT_NAMES
-
-    return sorted(n for n in api.list_repo_files(repo, revision=revision) if is_checkpoint(n) and n not in new)
+def _stale_files(api, repo: str, revision: str, new: set[str]) -> list[str]:
+    """The repo's files that the new commit does not write (the Hub's own .gitattributes aside):
+    not only old weights, their index and quantization configs, but a generation_config.json
+    (vLLM takes its sampling defaults from it), tokenizer files, custom code. Left there, a loader
+    reads them with the new checkpoint: the repo must hold exactly the new one."""
+    return sorted(n for n in api.list_repo_files(repo, revision=revision) if n not in new and n not in HUB_FILES)
 
 
 def _masked(text: str) -> str:
-    from .serve.config import mask_text
+    from .secrets import mask_text
 
     return mask_text(text)
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from . import safeload
 from .errors import UsageError, did_you_mean
+from .files import PLAIN_NAME_RULE, is_plain_name
 from .evals.gates import Gates, GrowSettings
 from .measure.capacity import CapacitySettings
 from .measure.tune import TuneSettings
@@ -249,12 +250,18 @@ class MethodEntry(Strict):
     def _plain_name(cls, value: str | None) -> str | None:
         # the label names the variant's folder (models/<model>-<label>-<hash8>): a separator or a
         # leading '.' ('..') would put a checkpoint, and a --force replace, outside the models folder
-        import re
-
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,99}", value):
-            raise ValueError(f"{value!r} is not a plain name: use letters, digits and . _ + - (no '/' or '\\', "
-                             "not starting with '.'), at most 100 characters")
+        if value is not None and not is_plain_name(value):
+            raise ValueError(f"{value!r} is not a plain name: {PLAIN_NAME_RULE}")
         return value
+
+    @model_validator(mode="after")
+    def _checkpoint_label(self) -> "MethodEntry":
+        # without name:, a checkpoint: variant is labelled by its folder's name, which reaches the
+        # store, the report and the card as name: does: the same rule holds for it
+        if self.checkpoint is not None and self.name is None and not is_plain_name(label := Path(self.checkpoint).name):
+            raise ValueError(f"the checkpoint's folder name {label!r} is the variant's label, and it is not a plain "
+                             f"name: give this variant a name: ({PLAIN_NAME_RULE})")
+        return self
 
     def label(self) -> str:
         return self.name or (variant_label(self.method, self.kv_cache) if self.method else Path(str(self.checkpoint)).name)

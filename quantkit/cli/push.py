@@ -57,7 +57,7 @@ def push(
     revision: Optional[str] = typer.Option(None, "--revision", help="Branch to commit to (created from main if missing)."),
     create_pr: bool = typer.Option(False, "--create-pr", help="Open a pull request instead of committing to the branch."),
     commit_message: Optional[str] = typer.Option(None, "--commit-message", help="Commit message."),
-    force: bool = typer.Option(False, "--force", help="Push even if not validated; the card then says so."),
+    force: bool = typer.Option(False, "--force", help="Push even if not validated (the card then says so), and delete the files the repo holds that this checkpoint does not have."),
     base_model: Optional[str] = BASE_MODEL,
     min_recovery: Optional[float] = MIN_RECOVERY,
     min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
@@ -95,6 +95,7 @@ def card(
     min_recovery: Optional[float] = MIN_RECOVERY,
     min_task_recovery: Optional[float] = MIN_TASK_RECOVERY,
     gate: List[str] = GATE,
+    force: bool = typer.Option(False, "--force", help="Replace a file there that is not a card quantkit wrote (a hand-written README.md); it is kept as README.md.<time>.bak."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
@@ -105,10 +106,10 @@ def card(
         if repo is not None:
             check_repo_id(repo)
         return hub.card(model_dir, output, repo=repo, base_model=base_model,
-                        gates=_gates(min_recovery, min_task_recovery, gate))
+                        gates=_gates(min_recovery, min_task_recovery, gate), force=force)
 
     def human(r):
         verdict = "validated" if r["validated"] else f"not validated: {r['reason']}"
-        stdout.print(f"card: {r['path']} ({verdict})")
+        stdout.print(f"card: {r['path']} ({verdict})" + (f"; the file it replaced: {r['backup']}" if r["backup"] else ""))
 
     run_command(body, mode(json, quiet), human)

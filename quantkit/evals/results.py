@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
 from ..files import atomic_write_json
+from ..secrets import mask_secrets
 
 SCHEMA_VERSION = 1
 RESULTS_SUBDIR = "quantkit-eval"
@@ -211,7 +212,8 @@ class EvalRun(BaseModel):
 
     def write(self, path: Path) -> Path:
         self.results_file = str(path)
-        atomic_write_json(path, self.model_dump(mode="json"))  # a crash mid-write keeps the last good file
+        # a crash mid-write keeps the last good file; secrets masked, as the store holds them
+        atomic_write_json(path, mask_secrets(self.model_dump(mode="json")))
         return path
 
     @classmethod

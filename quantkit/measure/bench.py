@@ -50,6 +50,7 @@ from .. import checkpoint, settings
 from ..console import info, partial_result, warn
 from ..errors import BackendError, UsageError
 from ..files import atomic_write_json, unique_path
+from ..secrets import mask_secrets
 from ..machine import hardware, load_limits
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
@@ -96,7 +97,7 @@ class BenchRun(BaseModel):
 
     def write(self) -> None:
         if self.path:
-            atomic_write_json(Path(self.path), self.model_dump(mode="json", exclude={"path"}))
+            atomic_write_json(Path(self.path), mask_secrets(self.model_dump(mode="json", exclude={"path"})))
 
 
 def results_dir(model_dir: Path) -> Path:

@@ -31,6 +31,7 @@ from pydantic import BaseModel, Field, field_validator
 from ..console import info
 from ..errors import BackendError, UsageError
 from ..files import atomic_write_json, unique_path
+from ..secrets import mask_secrets
 from ..machine import hardware
 from ..serve.server import Server, ServerInfo
 from .bench import checkpoint_info, measure_point, results_dir, stamp
@@ -156,7 +157,7 @@ class CapacityResult(BaseModel):
 
     def write(self) -> None:
         if self.path:
-            atomic_write_json(Path(self.path), self.model_dump(mode="json", exclude={"path"}))
+            atomic_write_json(Path(self.path), mask_secrets(self.model_dump(mode="json", exclude={"path"})))
 
     def summary(self) -> str:
         profile = profiles.get(self.settings.profile)

@@ -363,6 +363,7 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
     """The standalone command: the study of this checkpoint, continued from the store."""
     from .. import __version__, checkpoint, machine
     from ..files import atomic_write_json
+    from ..secrets import mask_secrets
     from ..serve.env import installed_vllm_version
     from ..store import Store, run_key
     from ..store.imports import default_names
@@ -390,7 +391,7 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
             if not any(t.state != "rejected" for t in result.trials):
                 raise BackendError(f"no configuration could be served: {result.trials[-1].error if result.trials else ''}")
             path = (Path(out_dir) if out_dir else results_dir(model_dir)) / f"tune-{stamp()}.json"
-            atomic_write_json(path, result.model_dump(mode="json"))
+            atomic_write_json(path, mask_secrets(result.model_dump(mode="json")))
             rec.finish(result.model_dump(mode="json"), str(path))
     info(f"results: {path}")
     return result

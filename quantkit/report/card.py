@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,11 @@ from . import records
 from .build import Point, Row, TaskScore, Variant, points_of, row_of, top_point
 from .card_capacity import capacity_lines
 from .gather import Evidence, variant_of
-from .render import fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str, markdown_table
+from .render import Md, fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str, markdown_table, md_code, md_escape, md_fence
+
+# The card's provenance line starts so: a README.md holding it is a card quantkit wrote (hub.card
+# replaces one without --force)
+CARD_MARK = "Card written by quantkit"
 
 # The card's word for a measurement that is not stored (the report's tables print "—"); every
 # number is formatted by render.py's formatters, so the card and the report write them alike.
@@ -124,8 +129,8 @@ def _serve_command(repo: str, ev: Evidence) -> tuple[list[str], str]:
         extra = {k: v for k, v in best.config.items() if k not in KNOBS}
         try:
             config = ServeConfig(**values, extra=extra)
-            why = (f"tuned by `quantkit tune` ({best.label}: {tune.best_reason or 'best'}"
-                   + (f", SLO {tune.slo}" if tune.slo else "") + ")")
+            why = Md("tuned by " + md_code("quantkit tune") + " " + md_escape(
+                f"({best.label}: {tune.best_reason or 'best'}" + (f", SLO {tune.slo}" if tune.slo else "") + ")"))
             return config.to_args(mask=True), why
         except ValueError:
             pass
@@ -240,26 +245,31 @@ def _eval_results(ev: Evidence, fig: CardFigures) -> list:
 def _header(ev: Evidence, name: str, base: str | None, forced: bool) -> list[str]:
     """The title, what the checkpoint is, and the verdict."""
     convert = ev.convert or records.Convert()
-    out = [f"# {name.split('/')[-1]}", ""]
-    base_link = f"[{base}](https://huggingface.co/{base})" if base else (
-        f"`{_source_name(convert)}` (not a Hub model; base model unknown: `--base-model` names it)")
-    if ev.convert:
-        out.append(f"{convert.method} ({convert.scheme}) quantization of {base_link}, made with quantkit {__version__} "
-                   f"({convert.backend or MISSING} backend) and measured in vLLM.")
-        if provenance := baseline_provenance(ev.convert, ev.model):
-            out.append(f"Its source, and the baseline its recovery is measured against, is `{_source_name(convert)}`: "
-                       f"{provenance}.")
+    out = [f"# {md_escape(name.split('/')[-1])}", ""]
+    source = md_code(_source_name(convert))
+    if base and HUB_ID.fullmatch(base):
+        base_link = f"[{md_escape(base)}](https://huggingface.co/{base})"
     else:
-        out.append(f"Checkpoint `{ev.checkpoint.name}` ({'the unquantized baseline' if ev.variant == 'baseline' else 'no quantkit.json'}), "
+        base_link = md_code(base) if base else (
+            f"{source} (not a Hub model; base model unknown: `--base-model` names it)")
+    if ev.convert:
+        out.append(f"{md_escape(f'{convert.method} ({convert.scheme})')} quantization of {base_link}, made with quantkit "
+                   f"{__version__} ({md_escape(convert.backend or MISSING)} backend) and measured in vLLM.")
+        if provenance := baseline_provenance(ev.convert, ev.model):
+            out.append(f"Its source, and the baseline its recovery is measured against, is {source}: "
+                       f"{md_escape(provenance)}.")
+    else:
+        out.append(f"Checkpoint {md_code(ev.checkpoint.name)} ({'the unquantized baseline' if ev.variant == 'baseline' else 'no quantkit.json'}), "
                    f"measured in vLLM with quantkit {__version__}.")
     out.append("")
+    reason = md_escape(ev.reason)
     if ev.validated:
-        out.append(f"**Validated:** {ev.reason}" + (f" (recovery against the stored baseline eval, gates {ev.gates_source})."
-                                                     if ev.recovery else "."))
+        out.append(f"**Validated:** {reason}" + (f" (recovery against the stored baseline eval, gates {ev.gates_source})."
+                                                  if ev.recovery else "."))
     else:
-        out.append(f"> **Not validated.** This checkpoint was pushed with `--force`: {ev.reason}. "
+        out.append(f"> **Not validated.** This checkpoint was pushed with `--force`: {reason}. "
                    "The numbers below are only what was measured; no quality gate vouches for it."
-                   if forced else f"> **Not validated:** {ev.reason}.")
+                   if forced else f"> **Not validated:** {reason}.")
     return out + [""]
 
 
@@ -286,15 +296,15 @@ def _what_was_done(ev: Evidence) -> list[str]:
         ["group size", str(convert.group_size) if convert.group_size is not None else "none (per channel)"],
         ["ignored layers", ", ".join((recipe.ignore if recipe else None) or []) or "none"],
         ["calibration", calib_text],
-        ["source", f"`{_source_name(convert)}` ({fingerprint or 'fingerprint missing'})"],
+        ["source", Md(md_code(_source_name(convert)) + " " + md_escape(f"({fingerprint or 'fingerprint missing'})"))],
         ["quantized on", f"{convert.hardware.device or MISSING} ({convert.hardware.cpu_count or '?'} CPUs) "
                          f"in {fmt(convert.wall_time_s, missing=MISSING)} s"],
         ["checkpoint size", fmt_bytes(convert.size_bytes, missing=MISSING)]]) + [""]
-    out += [f"- {note}" for note in convert.notes or []] + ([""] if convert.notes else [])
+    out += [f"- {md_escape(note)}" for note in convert.notes or []] + ([""] if convert.notes else [])
     dumped = yaml.safe_dump(recipe.model_dump(mode="json", exclude_unset=True), sort_keys=False).rstrip() if recipe else None
-    return out + [f"quantkit recipe `{fmt_str(convert.recipe_name, missing=MISSING)}` "
-                  f"(hash {fmt_str(convert.recipe_hash, missing=MISSING)}):", "",
-                  "```yaml", dumped or f"# {MISSING}", "```", ""]
+    return out + [f"quantkit recipe {md_code(fmt_str(convert.recipe_name, missing=MISSING))} "
+                  f"{md_escape(f'(hash {fmt_str(convert.recipe_hash, missing=MISSING)}):')}", "",
+                  *md_fence((dumped or f"# {MISSING}").splitlines(), "yaml"), ""]
 
 
 def _accuracy(ev: Evidence, fig: CardFigures) -> list[str]:
@@ -305,12 +315,12 @@ def _accuracy(ev: Evidence, fig: CardFigures) -> list[str]:
         return out + [f"No eval is stored for this checkpoint: accuracy is {MISSING}.", ""]
     versions = run.versions or {}  # package -> version: a mapping by nature, read by key
     vllm = run.server.vllm_version if run.server is not None else None
-    out.append(f"lm-eval {versions.get('lm_eval', MISSING)} (`local-completions`, token ids) against vLLM "
-               f"{vllm or MISSING}{_computing_in(run.server)}. Recovery = quantized / baseline on the same items "
+    out.append(f"lm-eval {md_escape(versions.get('lm_eval', MISSING))} (`local-completions`, token ids) against vLLM "
+               f"{md_escape((vllm or MISSING) + _computing_in(run.server))}. Recovery = quantized / baseline on the same items "
                "(baseline / quantized for perplexities), with its 95% interval from the paired per-item scores "
                "(delta method with their covariance; perplexity: documents resampled together, seeded).")
     if provenance := baseline_provenance(ev.convert, ev.model):
-        out += ["", f"The baseline is {provenance}." if ev.variant != "baseline" else f"This checkpoint is {provenance}."]
+        out += ["", md_escape(f"The baseline is {provenance}." if ev.variant != "baseline" else f"This checkpoint is {provenance}.")]
     quantized = ev.variant != "baseline"
     base = {s.task: s for s in fig.baseline_row.scores} if fig.baseline_row is not None else {}
     rows = []
@@ -339,10 +349,10 @@ def _gates(ev: Evidence, row: Row) -> list[str]:
     out = [line + ".", ""]
     gates = ev.recovery.gates or []
     if gates:
-        out += [f"Gates ({ev.gates_source}): **{ev.recovery.verdict or 'none'}**. A gate passes when the interval's "
+        out += [f"Gates ({ev.gates_source}): **{md_escape(ev.recovery.verdict or 'none')}**. A gate passes when the interval's "
                 "lower bound reaches it, fails when its upper bound is below it, and is inconclusive otherwise.", ""]
-        out += [f"- {g.gate}{' ' + g.task if g.task else ''}: "
-                + (g.summary() if g.verdict == "pass" else f"{g.describe()}: {g.verdict}") for g in gates] + [""]
+        out += ["- " + md_escape(f"{g.gate}{' ' + g.task if g.task else ''}: "
+                               + (g.summary() if g.verdict == "pass" else f"{g.describe()}: {g.verdict}")) for g in gates] + [""]
     return out
 
 
@@ -358,13 +368,13 @@ def _protocol(run: EvalRun) -> list[str]:
                                                            "chat template", "BOS", "data"], rows), ""]
     seeds = (run.protocol.seeds if run.protocol is not None else None) or {}  # lm-eval's seed name -> seed
     if seeds:
-        out += ["Seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()) + ".", ""]
+        out += [md_escape("Seeds: " + ", ".join(f"{k} {v}" for k, v in seeds.items()) + "."), ""]
     for t in run.tasks or []:
         if g := t.growth:
-            out.append(f"- {t.task}: grown until its gate was decided: the first {t.limit} items, then "
-                       f"{g.blocks} block(s) of {g.step} from a permutation of the rest seeded {g.seed}.")
+            out.append("- " + md_escape(f"{t.task}: grown until its gate was decided: the first {t.limit} items, then "
+                                        f"{g.blocks} block(s) of {g.step} from a permutation of the rest seeded {g.seed}."))
         if note := (t.data.note if t.data else None):
-            out.append(f"- {t.task}: {' '.join(str(note).split())}")
+            out.append("- " + md_escape(f"{t.task}: {note}"))
     return out + ([""] if out[-1] != "" else [])
 
 
@@ -388,12 +398,13 @@ def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
     server = bench.server or records.tolerant(ServerInfo)()
     count = f"{hw.gpu_count} x " if hw.gpu and hw.gpu_count else ""
     finished = ev.bench.status == "done" and (bench.complete or "complete" not in bench.model_fields_set)
-    out.append(f"quantkit's streaming load generator against vLLM {server.vllm_version or MISSING} on "
-               f"{count}{hw.device or MISSING}" + (f" ({hw.cpu_count} CPUs)" if not hw.gpu and hw.cpu_count else "")
-               + _computing_in(server) + f"; prompts of {wl.input_len or MISSING} tokens, {wl.output_len or MISSING} output "
-               f"tokens, server flags `{' '.join(row.serve_args) or 'defaults'}`."
-               + ("" if finished else f" The benchmark stopped early ({ev.bench.status}: "
-                  f"{ev.bench.error or 'no reason stored'}); these are the points it finished."))
+    out.append(md_escape(f"quantkit's streaming load generator against vLLM {server.vllm_version or MISSING} on "
+                         f"{count}{hw.device or MISSING}" + (f" ({hw.cpu_count} CPUs)" if not hw.gpu and hw.cpu_count else "")
+                         + _computing_in(server) + f"; prompts of {wl.input_len or MISSING} tokens, "
+                         f"{wl.output_len or MISSING} output tokens, server flags ")
+               + md_code(" ".join(row.serve_args) or "defaults") + "."
+               + ("" if finished else " " + md_escape(f"The benchmark stopped early ({ev.bench.status}: "
+                                                      f"{ev.bench.error or 'no reason stored'}); these are the points it finished.")))
     base = dict(_by_load(fig.baseline.bench)) if fig.baseline is not None else {}
     rows = []
     for key, p in keyed:
@@ -410,12 +421,12 @@ def _throughput(ev: Evidence, fig: CardFigures) -> list[str]:
     top, kind = top_point([p for _, p in keyed], bench.knee)
     if top is not None:
         why = "the knee of the throughput curve" if kind == "knee" else "the highest load measured (no knee was searched)"
-        out += [f"Operating point ({why}): {load_kinds.kind(top.profile).text(top, 'sentence')}, "
-                f"{fmt(top.output_tok_s, missing=MISSING)} output tok/s, "
-                f"TTFT p95 {fmt_ms((top.ttft_p95,), missing=MISSING)} ms, "
-                f"ITL p95 {fmt_ms((top.itl_p95,), missing=MISSING)} ms.", ""]
+        out += [md_escape(f"Operating point ({why}): {load_kinds.kind(top.profile).text(top, 'sentence')}, "
+                          f"{fmt(top.output_tok_s, missing=MISSING)} output tok/s, "
+                          f"TTFT p95 {fmt_ms((top.ttft_p95,), missing=MISSING)} ms, "
+                          f"ITL p95 {fmt_ms((top.itl_p95,), missing=MISSING)} ms."), ""]
     if row.kernels:
-        out += ["Kernels vLLM chose: " + "; ".join(f"`{line}`" for line in row.kernels), ""]
+        out += ["Kernels vLLM chose: " + "; ".join(md_code(line) for line in row.kernels), ""]
     return out
 
 
@@ -427,22 +438,27 @@ def _by_load(bench: Any) -> list[tuple[tuple, Point]]:
 
 
 def _how_to_serve(name: str, ev: Evidence) -> list[str]:
+    """The `vllm serve` line, shell-quoted: pasted, every argument reaches vLLM as one word and none
+    runs (`$(...)`, `;`, a glob); a masked secret reads '***'."""
     args, why = _serve_command(name, ev)
-    return ["## How to serve", "", "```bash", " ".join(["vllm serve", name, *args]), "```", "", f"Flags: {why}.", ""]
+    return ["## How to serve", "", *md_fence([shlex.join(["vllm", "serve", name, *args])], "bash"), "",
+            f"Flags: {md_escape(why)}.", ""]
 
 
 def _provenance(ev: Evidence) -> list[str]:
     """The versions and the store's runs behind every number."""
-    out = ["## Provenance", "", f"Card written by quantkit {__version__} from its result store."]
+    out = ["## Provenance", "", f"{CARD_MARK} {__version__} from its result store."]
     versions = dict((ev.convert.versions if ev.convert is not None else None) or {})
     if versions:
-        out.append("Conversion: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + ".")
+        out.append(md_escape("Conversion: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."))
     for kind in ("convert", "bench", "eval"):
         r = ev.stages.get(kind)
-        out.append(f"- {kind}: " + (f"run `{r.run_key}` ({r.status}, finished {r.finished_at or MISSING})" if r else MISSING))
+        out.append(f"- {kind}: " + (f"run {md_code(r.run_key)} {md_escape(f'({r.status}, finished {r.finished_at or MISSING})')}"
+                                    if r else MISSING))
     if ev.variant != "baseline":
         for kind, r in (("baseline eval", ev.baseline_eval), ("baseline bench", ev.baseline_bench)):
-            out.append(f"- {kind}: " + (f"run `{r.run_key}` (finished {r.finished_at or MISSING})" if r else MISSING))
+            out.append(f"- {kind}: " + (f"run {md_code(r.run_key)} {md_escape(f'(finished {r.finished_at or MISSING})')}"
+                                        if r else MISSING))
     return out
 
 

@@ -22,7 +22,7 @@ from ..measure.tiers import TIERS
 from ..store import Store
 from . import records
 from .decision import CapacityCell, capacity_cell
-from .render import fmt, markdown_table
+from .render import fmt, markdown_table, md_code, md_escape
 
 MISSING = "not measured"
 
@@ -49,9 +49,10 @@ def capacity_lines(store: Store, ev: Any, measured: CapacityCell | None) -> list
     server = result.server
     dtype = (f", computing in {server.dtype}" + (f" ({server.dtype_reason})" if server.dtype_reason else "")
              if server is not None and server.dtype else "")
-    out.append(f"Measured with {profile.sent_as} ({s.input_len} prompt / {s.output_len} output tokens), "
-               f"each load a steady-state window judged at {int(round((result.window.confidence if result.window else 0.95) * 100))}% "
-               f"confidence, on {device}{dtype}, server flags `{' '.join(measured.serve_args) or 'defaults'}`.")
+    out.append(md_escape(f"Measured with {profile.sent_as} ({s.input_len} prompt / {s.output_len} output tokens), "
+                         f"each load a steady-state window judged at "
+                         f"{int(round((result.window.confidence if result.window else 0.95) * 100))}% confidence, on "
+                         f"{device}{dtype}, server flags ") + md_code(" ".join(measured.serve_args) or "defaults") + ".")
     rows = [_row(f"{measured.slo} (measured)", measured, profile)]
     points = store.points(ev.stages["capacity"].id)
     for tier in TIERS.values():  # each tier's cell as the report's tier table has it (report/tiers.py)

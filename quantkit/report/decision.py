@@ -163,7 +163,7 @@ def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
     cap = best.capacity if best.capacity is not None and best.capacity.model_fields_set else None
     bound = best.bound
     settings = tune.capacity
-    from ..serve.config import mask_text
+    from ..secrets import mask_text
 
     command = mask_text(best.command) if best.command else None  # a store written before masking
     flags = (command or "").split()[3:]

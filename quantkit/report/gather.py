@@ -27,7 +27,7 @@ from pydantic import BaseModel
 from .. import settings
 from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
-from ..files import resolved
+from ..files import is_path_name, resolved
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
 from ..measure.bench import BenchRun
@@ -255,6 +255,7 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     from .render import write_report
 
     model, by_variant, notes = gather(store, model, keys, workload)
+    out = Path(out_dir) if out_dir else report_dir(model)
     notes = ([f"recipe {about}"] if about else []) + notes
     base = by_variant.get("baseline", {}).get("eval")
     baseline_eval = base.result if base is not None and base.status == "done" else None
@@ -276,7 +277,6 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
                           baseline_provenance=baseline_provenance(model, variants), notes=notes)
     report.tiers = tier_results(store, by_variant, variants, report.rows, asked=slo is not None)
     report.price_per_hour = price_per_hour if price_per_hour is not None else settings.price_per_hour()
-    out = Path(out_dir) if out_dir else Path("reports") / model
     paths = write_report(report, out)
     gated = {row.name: row.gate for row in report.rows if row.gate in VERDICTS}
     counts = {verdict: 0 for verdict in VERDICTS}
@@ -288,6 +288,15 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
             "gate_verdict": overall_verdict(list(gated.values())), "verdicts": gated, "gate_counts": counts,
             "variants": [{"name": v.name, "status": v.status, "error": v.error, "accuracy_from": v.accuracy_from}
                          for v in variants]}
+
+
+def report_dir(model: str) -> Path:
+    """The default report folder of a stored model, reports/<model>: a name that is a path (a store
+    written before names were checked, `runs import --model ../..`) would put it elsewhere."""
+    if not is_path_name(model):
+        raise UsageError(f"the stored model name {model!r} is a path, not a name: its report would be written "
+                         "outside reports/; give the report folder with -o")
+    return Path("reports") / model
 
 
 def gates_of_run(by_variant: dict[str, dict[str, Record]]) -> dict[str, Any]:

@@ -227,11 +227,13 @@ def capacity_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], st
             "stops it, from vLLM's /metrics at the first load that broke the SLO.")
 
 
-def decision_lines(report: Report) -> list[str]:
-    """The "Recommended deployment" section as plain sentences (Markdown and HTML print them)."""
+def decision_lines(report: Report, markdown: bool = False) -> list[str]:
+    """The "Recommended deployment" section as plain sentences (HTML prints them escaped), or with
+    `markdown` as Markdown lines: the sentences escaped, the command a code span."""
     d: Decision | None = report.decision
     if d is None or d.status == "no_capacity":
         return []
+    text = md_escape if markdown else str
     lines = []
     if d.status == "recommended" and d.recommended is not None:
         c = d.recommended
@@ -245,16 +247,19 @@ def decision_lines(report: Report) -> list[str]:
                                               if c.recovery is not None else DASH) + f", gate: {c.gate or DASH}")
         if c.cell.bound:
             lines.append(f"bound: {c.cell.bound}: {c.cell.bound_evidence}; knob: {c.cell.knob}")
-        lines.append("`" + (c.cell.command or ("vllm serve " + " ".join(["MODEL", *c.cell.serve_args]))) + "`")
+        lines = [text(line) for line in lines]
+        command = c.cell.command or ("vllm serve " + " ".join(["MODEL", *c.cell.serve_args]))
+        lines.append(md_code(command) if markdown else command)
     else:
-        lines.append(f"**No recommendation**: {d.summary}.")
+        lines.append(Md("**No recommendation**: ") + md_escape(f"{d.summary}.") if markdown
+                     else f"No recommendation: {d.summary}.")
         if d.closest is not None and d.closest.cell.load is not None:
-            lines.append(f"closest: {d.closest.variant} ({d.closest.cell.label}) at {d.closest.cell.load_text()}, "
-                         f"{fmt(d.closest.cell.goodput)} requests/s")
-    lines += [f"note: {n}" for n in d.notes]
-    lines += tier_lines(report.tiers)
+            lines.append(text(f"closest: {d.closest.variant} ({d.closest.cell.label}) at {d.closest.cell.load_text()}, "
+                              f"{fmt(d.closest.cell.goodput)} requests/s"))
+    lines += [text(f"note: {n}") for n in d.notes]
+    lines += [text(line) for line in tier_lines(report.tiers)]
     if report.slo_definition:
-        lines.append(report.slo_definition)
+        lines.append(text(report.slo_definition))
     return lines
 
 
@@ -281,13 +286,58 @@ def _short_kernel(lines: list[str]) -> str:
 # Markdown
 
 
-def _md_cell(text: str) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+class Md(str):
+    """Markdown that is safe as it stands (text md_escape made, a code span md_code made): written
+    unchanged where other text is escaped."""
+
+
+# What Markdown (CommonMark, GFM) would read as markup in text: emphasis (`*`, `~`, an `_` that is
+# not inside a word), code (`), HTML and autolinks (a `<`; an `&` that starts an entity), a
+# blockquote (a leading `>`), a link or an image (a `]` followed by `(`, `[` or `:`; a lone bracket
+# is text, as in "0.97 [0.95, 0.99]"), the escape itself. What stays is read as it is (">= 0.95").
+_MD_MARKUP = re.compile(r"[\\`*~]|<|&(?=#?[0-9A-Za-z]+;)|^>|(?<![^\W_])_|_(?![^\W_])|\](?=[(\[:])")
+_MD_ENTITY = {"&": "&amp;", "<": "&lt;"}
+# a line's start that would open a block: a heading (`# `), a list item (`- `, `+ `, `1. `)
+_MD_BLOCK_START = re.compile(r"^(#{1,6}|[-+]|\d{1,9}[.)])(?=\s|$)")
+
+
+def md_escape(text: Any) -> Md:
+    """`text` as Markdown that renders exactly it, on one line: a name, an error, a path from the
+    store never becomes a tag, a link or emphasis in the report or the card (both write through this)."""
+    if isinstance(text, Md):
+        return text
+    line = " ".join(str(text).split())
+    line = _MD_MARKUP.sub(lambda m: _MD_ENTITY.get(m.group(0), "\\" + m.group(0)), line)
+    return Md(_MD_BLOCK_START.sub(lambda m: m.group(0)[:-1] + "\\" + m.group(0)[-1], line))
+
+
+def md_code(text: Any) -> Md:
+    """`text` as an inline code span, on one line, whatever backticks it holds (the fence is longer
+    than any run of them inside)."""
+    line = " ".join(str(text).split())
+    if not line:
+        return Md("")
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", line)), default=0) + 1)
+    pad = " " if line.startswith("`") or line.endswith("`") else ""
+    return Md(f"{fence}{pad}{line}{pad}{fence}")
+
+
+def md_fence(lines: list[str], info: str = "") -> list[str]:
+    """A fenced code block holding `lines` as they are: its fence is longer than any backtick run
+    inside, so no line of theirs can close it."""
+    longest = max((len(run) for line in lines for run in re.findall(r"`+", line)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return [fence + info, *lines, fence]
+
+
+def _md_cell(text: Any) -> str:
+    return md_escape(text).replace("|", "\\|")
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    """A Markdown table's lines, each cell on one line with its pipes escaped: the report's tables
-    and the model card's (card.py) are written by this one function."""
+    """A Markdown table's lines, each cell escaped (md_escape; an Md cell as it is) on one line with
+    its pipes escaped: the report's tables and the model card's (card.py) are written by this one
+    function."""
     def line(cells: list[str]) -> str:
         return "| " + " | ".join(_md_cell(c) for c in cells) + " |"
 
@@ -306,15 +356,16 @@ PLOTS_AFTER = 3  # (4 when the capacity table leads)
 
 
 def render_markdown(report: Report) -> str:
-    lines = [f"# {report.title}", "", f"Generated {report.created_at} by quantkit {_version(report)}.", ""]
+    """The report in Markdown; every text from the store (names, errors, notes, kernels) escaped."""
+    lines = [f"# {md_escape(report.title)}", "", f"Generated {report.created_at} by quantkit {_version(report)}.", ""]
     failed = [r for r in report.rows if r.status != "done"]
     for r in failed:
-        lines.append(f"> **{r.name}: {r.status}**" + (f": {_md_cell(r.error)}" if r.error else ""))
+        lines.append(f"> **{md_escape(r.name)}: {md_escape(r.status)}**" + (f": {_md_cell(r.error)}" if r.error else ""))
     if failed:
         lines.append("")
     for note in report.notes:
         lines += [f"> note: {_md_cell(note)}", ""]
-    if decision := decision_lines(report):
+    if decision := decision_lines(report, markdown=True):
         lines += ["## Recommended deployment", ""] + [f"- {line}" for line in decision] + [""]
     plots_after = PLOTS_AFTER + (report.decision is not None)
     for i, (title, header, rows, caption) in enumerate(tables(report)):
@@ -331,12 +382,12 @@ def render_markdown(report: Report) -> str:
     if kernel_rows:
         lines += ["## Kernels and schemes vLLM chose (from its log)", ""]
         for r in kernel_rows:
-            lines += [f"**{r.name}**", "", "```"] + r.kernels + ["```", ""]
+            lines += [f"**{md_escape(r.name)}**", "", *md_fence(r.kernels), ""]
     gate_rows = [r for r in report.rows if r.gate_detail]
     if gate_rows:
         lines += ["## Gates", ""]
         for r in gate_rows:
-            lines += [f"- **{r.name}**: " + "; ".join(r.gate_detail)]
+            lines += [f"- **{md_escape(r.name)}**: " + "; ".join(md_escape(d) for d in r.gate_detail)]
         lines.append("")
     return "\n".join(lines)
 
@@ -344,7 +395,7 @@ def render_markdown(report: Report) -> str:
 def _md_plots(report: Report) -> list[str]:
     lines = ["## Plots", ""]
     for p in report.plots:
-        lines += [f"![{p.title}](plots/{p.name}.png)" if p.drawn else f"- {p.title}: {p.note}", ""]
+        lines += [f"![{md_escape(p.title)}](plots/{p.name}.png)" if p.drawn else f"- {md_escape(p.title)}: {md_escape(p.note)}", ""]
     return lines
 
 
@@ -382,7 +433,7 @@ pre { background: #f6f6f6; padding: 0.5em; font-size: 12px; white-space: pre-wra
 {% endfor %}
 {% for n in report.notes %}<div class="note">note: {{ n }}</div>{% endfor %}
 {% if decision %}<h2>Recommended deployment</h2><ul class="decision">
-{% for line in decision %}<li>{{ line | replace("**", "") | replace("`", "") }}</li>{% endfor %}</ul>{% endif %}
+{% for line in decision %}<li>{{ line }}</li>{% endfor %}</ul>{% endif %}
 {% for title, header, rows, caption in tables %}
 {% if loop.index0 == plots_after %}{{ plots() }}{% endif %}
 <h2>{{ title }}</h2>
@@ -439,7 +490,7 @@ def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
         images[plot.name] = png
         paths[f"plot:{plot.name}"] = atomic_write_bytes(out_dir / "plots" / f"{plot.name}.png", png)
     # the records are masked as they are stored; a store written before that is masked here
-    from ..serve.config import mask_secrets, mask_text
+    from ..secrets import mask_secrets, mask_text
 
     paths["md"] = atomic_write_bytes(out_dir / "report.md", mask_text(render_markdown(report)).encode())
     paths["html"] = atomic_write_bytes(out_dir / "report.html", mask_text(render_html(report, images)).encode())

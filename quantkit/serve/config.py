@@ -20,79 +20,10 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_validator
 
 from ..errors import UsageError
+# what a secret is and how it is masked: secrets.py (its names stay importable from here)
+from ..secrets import MASK, is_secret, mask_args, mask_flags, mask_secrets, mask_text  # noqa: F401
 
-# Secrets: a serving flag whose name says it holds one (an API key, a token, a password, a
-# secret, credentials) is passed to vLLM as given and shown or stored only as MASK, as vLLM masks
-# them in its own log. The name is read as words (split on '-' and '_', any case): a word that
-# names a secret, or a last word that does (`hf-token`, `api-key`, `apikey`); a token *count*
-# (`max-num-batched-tokens`, `long-prefill-token-threshold`) is no secret.
-MASK = "***"
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's --dtype choices
-_SECRET_WORDS = ("password", "passwd", "passphrase", "secret", "secrets", "credential", "credentials")
-_SECRET_ENDINGS = ("token", "key", "keys")  # of the last word: `hf-token`, `apikey`, `access-keys`
-_SECRET_LAST_WORDS = ("auth", "authorization")
-# `--name value` or `--name=value` inside text (a command line, an error message); a value may be quoted
-# (markup around it, `<code>` or a backtick, is not part of the value)
-_FLAG_IN_TEXT = re.compile(r"(?<![\w-])(--?[A-Za-z0-9][\w-]*)(=|[ \t]+)(?!--)('[^'\n]*'|\"[^\"\n]*\"|[^\s'\"<>`]+)")
-
-
-def is_secret(name: str) -> bool:
-    """Whether a serving flag (with or without dashes, any case and separator) holds a secret."""
-    words = [w for w in re.split(r"[-_\s]+", str(name).strip().lower()) if w]
-    if not words:
-        return False
-    return (any(w.endswith(_SECRET_WORDS) for w in words)
-            or words[-1].endswith(_SECRET_ENDINGS) or words[-1] in _SECRET_LAST_WORDS)
-
-
-def mask_args(args: list[str]) -> list[str]:
-    """An argv with every secret flag's value masked: `--api-key X` and `--api-key=X`."""
-    out, hide_next = [], False
-    for arg in args:
-        text = str(arg)
-        if hide_next and not text.startswith("--"):
-            out.append(MASK)
-            hide_next = False
-            continue
-        hide_next = False
-        name, sep, _value = text.partition("=")
-        if text.startswith("-") and is_secret(name.lstrip("-")):
-            if sep:
-                out.append(f"{name}={MASK}")
-            else:
-                out.append(text)
-                hide_next = True
-            continue
-        out.append(text)
-    return out
-
-
-def mask_text(text: str) -> str:
-    """Text (a `vllm serve` line, an error) with every secret flag's value masked."""
-    def hide(m: re.Match) -> str:
-        return f"{m.group(1)}{m.group(2)}{MASK}" if is_secret(m.group(1).lstrip("-")) else m.group(0)
-
-    return _FLAG_IN_TEXT.sub(hide, text)
-
-
-def mask_secrets(value: Any) -> Any:
-    """Any JSON-like value with the secret serving flags in it masked, wherever they sit: the
-    `extra` mapping of a stored ServeConfig, a `changed()` mapping, an argv list, a command line.
-    Only serving-flag shapes are read: a record's own fields (`run_key`, `kv_cache_tokens`) are
-    not flags and are never touched."""
-    if isinstance(value, dict):
-        return {k: (mask_flags(v) if k == "extra" and isinstance(v, dict) else mask_secrets(v)) for k, v in value.items()}
-    if isinstance(value, list):
-        items = [mask_secrets(v) for v in value]
-        return mask_args(items) if all(isinstance(v, str) for v in items) else items
-    if isinstance(value, str):
-        return mask_text(value)
-    return value
-
-
-def mask_flags(flags: dict[str, Any]) -> dict[str, Any]:
-    """A flag -> value mapping with the secret flags' values masked (a bare flag stays bare)."""
-    return {k: (MASK if v is not None and is_secret(k) else v) for k, v in flags.items()}
 
 
 class ServeConfig(BaseModel):

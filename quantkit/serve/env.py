@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 from .. import settings
 from ..errors import SetupError, UsageError
 from ..machine import has_gpu
+from ..secrets import MASK, mask_args
 
 if TYPE_CHECKING:
     import httpx
-
-MASK = "***"  # what a secret reads as wherever it is shown or stored
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -177,10 +176,8 @@ def auth_headers(key: str | None, where: str = "the API key") -> dict[str, str]:
 
 
 def hide_secret(value: Any, secret: str | None) -> Any:
-    """`value` (argv, a config dump) with `secret` masked wherever it appears, and every secret
-    serving flag masked as serve/config.py reads them (when it has `mask_args`)."""
-    from . import config as config_module
-
+    """`value` (argv, a config dump) with `secret` masked wherever it appears, and an argv's
+    secrets masked as secrets.py reads them (secret flags, JSON values, URL credentials)."""
     def walk(v: Any) -> Any:
         if isinstance(v, str):
             return v.replace(secret, MASK) if secret else v
@@ -191,8 +188,7 @@ def hide_secret(value: Any, secret: str | None) -> Any:
         return v
 
     out = walk(value)
-    mask_args = getattr(config_module, "mask_args", None)
-    if mask_args is not None and isinstance(out, list) and all(isinstance(x, str) for x in out):
+    if isinstance(out, list) and all(isinstance(x, str) for x in out):
         out = mask_args(out)
     return out
 

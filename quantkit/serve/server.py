@@ -52,6 +52,7 @@ from .formats import check_quantization_flag
 from .hardware_fit import check_servable, gpu_capability, serve_defaults, serving_dtype
 from .group import group_alive, killpg
 from ..machine import cpu_isa, has_gpu
+from ..secrets import strip_url_credentials
 from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, private_rpc_dir, raise_if_refused, serve_env,
                   supported_architectures, vllm_command)
 from .log import FATAL, FATAL_EXIT_GRACE_S, failure_hint, failure_reason, last_line, parse_log
@@ -84,6 +85,12 @@ class ServerInfo(BaseModel):
     def _masked(cls, value: Any) -> str | None:
         # whatever is assigned, a record or result file never holds the key itself
         return MASK if value else None
+
+    @field_validator("url")
+    @classmethod
+    def _no_credentials(cls, value: str) -> str:
+        # `--url http://user:password@host`: requests carry them, a record or result file never does
+        return strip_url_credentials(value)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from ..checkpoint import CheckpointInfo, describe, fingerprint, method_of
 from ..errors import UsageError
+from ..files import PLAIN_NAME_RULE, is_plain_name
 from .db import Store, run_key
 from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS, stage_kind
 from .protocol import StageHandle
@@ -65,8 +66,16 @@ def default_names(data: dict[str, Any]) -> tuple[str, str]:
 
 
 def import_result(store: Store, path: Path, model: str | None = None, variant: str | None = None) -> dict[str, Any]:
+    for option, given in (("--model", model), ("--variant", variant)):
+        if given is not None and not is_plain_name(given):
+            raise UsageError(f"{option} {given!r} is not a plain name: {PLAIN_NAME_RULE}")
     kind, data, raw = _load(path)
     guessed_model, guessed_variant = default_names(data)
+    # a name the file gives (its model_name, its folder) is the file's word: checked as a given one
+    for option, given, guessed in (("--model", model, guessed_model), ("--variant", variant, guessed_variant)):
+        if given is None and not is_plain_name(guessed):
+            raise UsageError(f"{path} names its {option[2:]} {guessed!r}, which is not a plain name ({PLAIN_NAME_RULE}); "
+                             f"give one with {option} NAME")
     model, variant = model or guessed_model, variant or guessed_variant
     key = run_key(kind, imported=hashlib.sha256(raw).hexdigest())
     existing = store.done(key)

@@ -27,7 +27,7 @@ def check_key(key_prefix: str, min_len: int = 1) -> str:
 
 
 def _mask(text: str | None) -> str | None:
-    from ..serve.config import mask_text  # the one place that knows what a secret is
+    from ..secrets import mask_text  # the one place that knows what a secret is
 
     return mask_text(text) if text else text
 
@@ -35,7 +35,7 @@ def _mask(text: str | None) -> str | None:
 def _dump(value: Any) -> str:
     """A record's JSON, with the values of secret-bearing serving flags masked: what the store
     holds is shown by reports and cards and pushed to the Hub."""
-    from ..serve.config import mask_secrets
+    from ..secrets import mask_secrets
 
     return json.dumps(mask_secrets(json.loads(json.dumps(value, default=str))))
 

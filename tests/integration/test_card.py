@@ -5,6 +5,9 @@ quantizer; well under a minute."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from push_world import ORG_REPO, hub, quantkit, store_runs, world  # noqa: F401
 
@@ -69,3 +72,53 @@ def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     from quantkit.hub import _commit_files
 
     assert "README.md" not in [name for name, _ in _commit_files(world["ckpt"])]
+
+
+# -- issue 39: a file where the card goes that quantkit did not write ----------------------------------------
+
+# what may sit there: a README written by hand, an empty one, another tool's card, a binary file, one
+# that names quantkit without being its card
+FOREIGN = {"hand-written": b"# My model\n\nNotes I wrote by hand.\n", "empty": b"",
+           "another tool's card": b"---\nlicense: apache-2.0\ntags: [vllm]\n---\n\n# tiny\n", "binary": bytes(range(256)),
+           "names quantkit": b"Quantized with quantkit; card written by hand.\n"}
+
+
+@pytest.mark.parametrize("where", ["README.md", "-o notes.md"])
+@pytest.mark.parametrize("kind", FOREIGN)
+def test_card_replaces_a_file_it_did_not_write_only_with_force_and_keeps_it(world, monkeypatch, kind, where):
+    from quantkit import hub
+    from quantkit.errors import UsageError
+
+    monkeypatch.setenv("QUANTKIT_HOME", str(world["home"]))
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    out = world["ckpt"] / "README.md" if where == "README.md" else world["tmp"] / "notes.md"
+    output = None if where == "README.md" else out
+    out.write_bytes(FOREIGN[kind])
+    with pytest.raises(UsageError, match="is not a card quantkit wrote; pass --force"):
+        hub.card(world["ckpt"], output)
+    assert out.read_bytes() == FOREIGN[kind] and sorted(p.name for p in out.parent.glob(f"{out.name}.*")) == []
+    result = hub.card(world["ckpt"], output, force=True)
+    backup = Path(result["backup"])
+    assert backup.parent == out.parent and backup.name.startswith(f"{out.name}.") and backup.name.endswith(".bak")
+    assert backup.read_bytes() == FOREIGN[kind]  # the user's file, whole
+    assert "Card written by quantkit" in out.read_text()
+    again = hub.card(world["ckpt"], output)  # quantkit's own card: rewritten from the store, no --force, no backup
+    assert again["backup"] is None and len(list(out.parent.glob(f"{out.name}.*.bak"))) == 1
+    from quantkit.hub import _commit_files
+
+    assert not [name for name, _ in _commit_files(world["ckpt"]) if name.startswith("README.md")]  # never uploaded
+
+
+def test_card_command_refuses_to_overwrite_a_hand_written_readme(world):
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    readme = world["ckpt"] / "README.md"
+    readme.write_text("# My model\n\nNotes I wrote by hand.\n")
+    refused = quantkit(world, "card", world["ckpt"])
+    assert refused.returncode == 2, refused.stderr
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "is not a card quantkit wrote; pass --force" in lines[0], refused.stderr
+    assert readme.read_text() == "# My model\n\nNotes I wrote by hand.\n"
+    forced = quantkit(world, "card", world["ckpt"], "--force")
+    assert forced.returncode == 0, forced.stderr
+    (backup,) = world["ckpt"].glob("README.md.*.bak")
+    assert backup.read_text() == "# My model\n\nNotes I wrote by hand.\n" and str(backup) in forced.stdout.replace("\n", "")

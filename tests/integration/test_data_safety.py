@@ -30,7 +30,8 @@ def test_a_card_write_on_a_full_disk_keeps_the_old_card(tmp_path, monkeypatch):
     monkeypatch.setenv("QUANTKIT_HOME", str(home))
     store_runs(home, ckpt, baseline)
     readme = ckpt / "README.md"
-    readme.write_text("the card the user reviewed\n")
+    reviewed = "the card the user reviewed\nCard written by quantkit 0.1.0 from its result store.\n"  # quantkit's: replaced
+    readme.write_text(reviewed)
 
     real_open = io.open
 
@@ -64,7 +65,7 @@ def test_a_card_write_on_a_full_disk_keeps_the_old_card(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left"):
         hub.card(ckpt)
     monkeypatch.setattr(io, "open", real_open)
-    assert readme.read_text() == "the card the user reviewed\n"  # not 0 bytes, not half a card
+    assert readme.read_text() == reviewed  # not 0 bytes, not half a card
     assert not [p.name for p in ckpt.iterdir() if p.name.endswith(".tmp")]
 
 

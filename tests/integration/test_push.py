@@ -350,7 +350,7 @@ def test_push_over_another_checkpoint_refuses_then_replaces_it_whole_with_force(
     refused = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
     assert refused.returncode == 2, refused.stderr
     line = _one_line(refused.stderr)
-    assert "holds checkpoint files that smollm2-135m-gptq does not have (model-00001-of-00002.safetensors" in line
+    assert "holds files that smollm2-135m-gptq does not have (model-00001-of-00002.safetensors" in line
     assert "--force to delete them in the same commit" in line
     assert len(hub.commits(ORG_REPO)) == commits  # nothing published
 
@@ -363,6 +363,46 @@ def test_push_over_another_checkpoint_refuses_then_replaces_it_whole_with_force(
     got = files_of(download(world))
     local = {k for k in files_of(world["ckpt"]) if not k.startswith(("quantkit-bench/", "quantkit-eval/"))}
     assert set(got) == local | {"README.md", ".gitattributes"}
+
+
+# What an older checkpoint in the repo may hold that the new one lacks, beside its weights: vLLM's
+# sampling defaults, tokenizer files, a chat template, custom code, nested folders, a license
+OLD_FILES = ["generation_config.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json",
+             "added_tokens.json", "merges.txt", "vocab.json", "chat_template.jinja", "modeling_custom.py",
+             "configuration_custom.py", "preprocessor_config.json", "original/params.json", "onnx/model.onnx", "LICENSE",
+             "assets/plot.png"]
+
+
+def test_push_force_leaves_the_repo_holding_exactly_the_new_checkpoint(world):
+    """Not only the old weights go: a repo that kept the old generation_config.json would serve the
+    new weights with the old sampling defaults (vLLM reads them), the old tokenizer, the old code."""
+    import shutil
+
+    hub = world["hub"]
+    store_runs(world["home"], world["ckpt"], world["baseline"])
+    old = world["tmp"] / "models" / "older-checkpoint"
+    shutil.copytree(world["ckpt"], old)
+    for name in OLD_FILES:
+        (old / name).parent.mkdir(parents=True, exist_ok=True)
+        (old / name).write_text(f"the older checkpoint's {name}\n")
+    (world["ckpt"] / "generation_config.json").unlink()  # the new one has none: vLLM's defaults apply
+    first = quantkit(world, "push", old, "--repo", ORG_REPO, "--force")  # not validated: --force
+    assert first.returncode == 0, first.stderr
+    commits = len(hub.commits(ORG_REPO))
+
+    refused = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
+    assert refused.returncode == 2, refused.stderr
+    line = _one_line(refused.stderr)
+    assert "holds files that smollm2-135m-gptq does not have (LICENSE, added_tokens.json" in line and "--force" in line
+    assert len(hub.commits(ORG_REPO)) == commits  # nothing published
+
+    forced = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO, "--force", "--json")
+    assert forced.returncode == 0, forced.stderr
+    assert json.loads(forced.stdout)["deleted"] == sorted(OLD_FILES)
+    assert len(hub.commits(ORG_REPO)) == commits + 1  # the deletions and the new files: one commit
+    got = files_of(download(world))
+    local = {k for k in files_of(world["ckpt"]) if not k.startswith(("quantkit-bench/", "quantkit-eval/"))}
+    assert set(got) == local | {"README.md", ".gitattributes"}  # exactly the new checkpoint, and the Hub's own file
 
 
 def test_a_secret_serving_flag_never_reaches_the_card_or_the_hub(world):
@@ -386,7 +426,7 @@ def test_a_secret_serving_flag_never_reaches_the_card_or_the_hub(world):
     assert proc.returncode == 0, proc.stderr
     text = card.read_text()
     assert secret not in text, [l for l in text.splitlines() if secret in l]
-    assert "--hf-token *** --api-key ***" in text
+    assert "--hf-token '***' --api-key '***'" in text  # shell-quoted: pasted, no glob
     pushed = quantkit(world, "push", world["ckpt"], "--repo", ORG_REPO)
     assert pushed.returncode == 0, pushed.stderr
     for name, data in files_of(download(world)).items():

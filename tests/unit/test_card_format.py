@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from fixtures.markdown import rendered, structure
 from push_world import bench_run, make_checkpoint, store_runs
 
 from quantkit.hub import build_card, gather_evidence
@@ -89,3 +92,84 @@ def test_the_card_says_which_dtype_served_and_why(tmp_path):
         store.finish(rid, run.model_dump(mode="json", exclude={"path"}))
         text = str(build_card(store, gather_evidence(store, ckpt, None), "quantkit-tests/tiny-gptq"))
     assert text.count(f", computing in float32 ({why})") == 2, text  # throughput and accuracy
+
+
+# -- issue 39: the card pasted into a shell and rendered as Markdown ------------------------------------
+
+def _hostile_card(tmp_path: Path, *, extra: dict | None = None, text: str | None = None, folder: str = "m-gptq",
+                  base_model: str | None = None) -> str:
+    """The body of the card of a checkpoint whose stored bench was served with `extra` flags, and
+    whose stored records hold `text` wherever a record holds words (method, scheme, backend, notes,
+    source, recipe name, kernel lines, versions)."""
+    import json
+
+    from quantkit.serve.config import ServeConfig
+
+    ckpt = make_checkpoint(tmp_path / "models" / folder)
+    baseline = tmp_path / "models" / "smollm2-135m"
+    baseline.mkdir()
+    home = tmp_path / "home"
+    store_runs(home, ckpt, baseline, bench=False)
+    with Store(home / "results.db") as store:
+        run = bench_run(ckpt, [17.0, 72.0])
+        run.server.serve_config = ServeConfig(enforce_eager=True, extra=extra or {}).model_dump()
+        if text is not None:
+            run.server.quant_lines = [text]
+            value = json.dumps(text)
+            store.db.execute("UPDATE records SET result = json_set(result, '$.method', json(?), '$.scheme', json(?), "
+                             "'$.backend', json(?), '$.notes', json_array(json(?)), '$.source.ref', json(?), "
+                             "'$.recipe_name', json(?), '$.versions.llmcompressor', json(?)) WHERE kind = 'convert'",
+                             (value,) * 7)
+            store.db.execute("UPDATE records SET result = json_set(result, '$.versions.lm_eval', json(?)) "
+                             "WHERE kind = 'eval'", (value,))
+        rid = store.begin(run_key("bench", hostile=1), "bench", "smollm2-135m", "gptq", {"checkpoint": str(ckpt)})
+        store.finish(rid, run.model_dump(mode="json", exclude={"path"}))
+        ev = gather_evidence(store, ckpt, None)
+        return build_card(store, ev, "quantkit-tests/tiny-gptq", base_model=base_model).text
+
+
+# serve-arg values that a shell would run, split, expand or glob when pasted unquoted
+SHELL_VALUES = ["$(touch pwned)", "`id`", "a; rm -rf ~", "x | tee y", "x && y", "*", "~/x", "a b",
+                "it's", '"dq"', "$HOME", "a\\b", "```", "~~~", "line\nbreak", "--x=1 --y", "{a,b}", "!!", ""]
+
+
+@pytest.mark.parametrize("value", SHELL_VALUES)
+def test_how_to_serve_pastes_as_one_word_per_argument(tmp_path, value):
+    """The card's `vllm serve` block pasted into bash (vllm a function that prints its arguments), in
+    a folder with a file a glob would find: every argument arrives as written, nothing runs."""
+    import subprocess
+
+    body = _hostile_card(tmp_path, extra={"chat-template": value, "api-key": "s3cr3t", "disable-log-requests": None})
+    section = body[body.index("## How to serve"):].splitlines()
+    fence = section[2]
+    assert fence.startswith("```") and fence.endswith("bash")
+    pasted = "\n".join(section[3:section.index(fence.removesuffix("bash"), 3)])
+    shell = tmp_path / "shell"
+    shell.mkdir()
+    (shell / "a-file").write_text("")
+    proc = subprocess.run(["bash", "-c", "vllm() { printf '%s\\0' \"$@\"; }\n" + pasted], cwd=shell,
+                          capture_output=True, text=True, env={"PATH": "/usr/bin:/bin", "HOME": "/home-of-nobody"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\0")[:-1] == ["serve", "quantkit-tests/tiny-gptq", "--max-model-len", "2048",
+                                            "--enforce-eager", "--chat-template", value, "--api-key", "***",
+                                            "--disable-log-requests"]
+    assert sorted(p.name for p in shell.iterdir()) == ["a-file"]  # nothing ran
+
+
+# what a store's words may hold: a tag, a link, an image, emphasis, a fence, a table cell's end
+CARD_TEXTS = ["<img src=x onerror=alert(1)>", "<script>alert(1)</script>", "[x](javascript:alert(1))",
+              "x)](javascript:alert(1)", "![i](http://evil.example/x.png)", "<https://evil.example>", "**b** _e_ ~~s~~",
+              "`x` ```", "a|b", "&#60;b&#62;", "# heading", "- item", "[a]: javascript:alert(1)"]
+
+
+@pytest.mark.parametrize("text", CARD_TEXTS)
+def test_a_card_renders_the_stores_words_as_text(tmp_path, text):
+    """The store's words in every place a card writes words, and --base-model: the rendered card has
+    exactly the elements it has with a plain word there, and shows the text."""
+    from markdown_it.common.utils import escapeHtml
+
+    plain = rendered(_hostile_card(tmp_path / "plain", text="plainword", folder="plainword", base_model="plainword"))
+    folder = text.replace("/", "_")  # a folder name holds no '/'
+    html = rendered(_hostile_card(tmp_path / "hostile", text=text, folder=folder, base_model=text))
+    assert structure(html) == structure(plain)
+    assert escapeHtml(text) in html

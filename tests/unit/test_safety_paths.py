@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from fixtures.markdown import rendered, structure
+
 from quantkit.errors import UsageError
 from quantkit.quantize import _replace, check_output
 
@@ -132,3 +134,145 @@ def test_stages_refuse_a_folder_outside_the_models_folder(tmp_path, monkeypatch)
         stages.checkpoint_dir(ctx, entry)
     fine = MethodEntry(method="fp8", name="fp8-dynamic")
     assert stages.checkpoint_dir(ctx, fine).parent == tmp_path / "models"
+
+
+# -- issue 39: every label that reaches a report: runs import's names, a checkpoint: variant's --------------
+
+# names that are paths, or markup a report would render (a tag, a link, emphasis, a table cell's end)
+MARKUP_NAMES = ["<img src=x onerror=alert(1)>", "<script>alert(1)</script>", "[x](javascript:alert(1))",
+                "javascript:alert(1)", "x)](javascript:alert(1)", "**bold**", "`code`", "a b", "a|b",
+                "![i](http://evil.example/x.png)", "&lt;b&gt;", "<https://evil.example>", "_em_", "~~gone~~"]
+HOSTILE_NAMES = HOSTILE_LABELS + MARKUP_NAMES
+
+
+def _bench_file(folder: Path, model_name: str = "smollm2-135m") -> Path:
+    data = {"schema_version": 1, "kind": "quantkit.bench", "created_at": "2026-11-30T21:21:02+00:00",
+            "model_dir": f"/tmp/qkmodels/{model_name}", "model_name": model_name, "checkpoint": {"method": "none"},
+            "server": None, "workload": {"input_len": 8, "output_len": 8}, "hardware": {}, "points": [],
+            "complete": True}
+    path = folder / "bench.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("option", ["model", "variant"])
+@pytest.mark.parametrize("name", HOSTILE_NAMES)
+def test_runs_import_takes_only_plain_names(tmp_path, option, name):
+    from quantkit.store import Store, import_result
+
+    with Store(tmp_path / "r.db") as store:
+        with pytest.raises(UsageError) as refused:
+            import_result(store, _bench_file(tmp_path), **{option: name})
+        line = refused.value.one_line()
+        assert f"--{option}" in line and "not a plain name" in line and "\n" not in line
+        assert store.records() == []
+
+
+@pytest.mark.parametrize("name", [n for n in HOSTILE_NAMES if n.strip()])
+def test_runs_import_checks_the_name_a_file_gives_too(tmp_path, name):
+    """A file names its model (`model_name`, its folder): the file's word is checked as a given one."""
+    from quantkit.store import Store, import_result
+
+    path = _bench_file(tmp_path, model_name=name)
+    with Store(tmp_path / "r.db") as store:
+        with pytest.raises(UsageError, match="not a plain name.*give one with --model NAME"):
+            import_result(store, path)
+        assert store.records() == []
+        assert import_result(store, path, model="smollm2-135m")["imported"]  # a name given instead: taken
+
+
+def test_runs_import_refuses_a_path_as_a_model_on_the_command_line(tmp_path):
+    home = tmp_path / "qk"
+    env = {**os.environ, "QUANTKIT_HOME": str(home), "PYTHONPATH": str(REPO), "NO_COLOR": "1"}
+    proc = subprocess.run([sys.executable, "-m", "quantkit", "runs", "import", "--model", "../../..",
+                           str(_bench_file(tmp_path))], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--model '../../..' is not a plain name" in lines[0], proc.stderr
+    from quantkit.store import Store
+
+    with Store(home / "results.db") as store:
+        assert store.records() == []
+
+
+@pytest.mark.parametrize("name", ["../../..", "..", ".", "/etc/x", "a/../../b", "..\\..\\x", "x/y", "a\0b"])
+def test_compare_never_writes_a_report_outside_reports(tmp_path, monkeypatch, name):
+    """A store written before names were checked holds a model named as a path: its default report
+    folder is refused, and nothing is written anywhere."""
+    from quantkit.report.gather import compare
+    from quantkit.store import Store, run_key
+
+    tree = tmp_path / "tree"
+    work = tree / "a" / "b" / "work"
+    work.mkdir(parents=True)
+    monkeypatch.chdir(work)
+    with Store(tmp_path / "r.db") as store:
+        rid = store.begin(run_key("bench", n=name), "bench", name, "baseline", {"checkpoint": "/m"})
+        store.fail(rid, "failed")
+        with pytest.raises(UsageError, match="is a path, not a name.*give the report folder with -o"):
+            compare(store, model=name)
+    assert _snapshot(tree) == {"a": "dir", "a/b": "dir", "a/b/work": "dir"}
+    assert not [p for p in tmp_path.rglob("report.md")]
+
+
+@pytest.mark.parametrize("folder", ["<img src=x onerror=alert(1)>", "[x](javascript:alert(1))", "my model", "a|b",
+                                    "..", ".hidden", "`x`", "/"])
+def test_a_checkpoint_variant_is_labelled_by_a_plain_name(tmp_path, folder):
+    from quantkit.recipe import load_run
+
+    recipe = tmp_path / "run.yaml"
+    checkpoint = f"/models/{folder}" if folder != "/" else "/"
+    recipe.write_text(f"kind: run\nname: t\nmodel: smollm2-135m\nmethods:\n  - checkpoint: {json.dumps(checkpoint)}\n")
+    with pytest.raises(UsageError, match=rf"{recipe}:5: methods\.0: .*not a plain name: give this variant a name:"):
+        load_run(recipe)
+    recipe.write_text(f"kind: run\nname: t\nmodel: smollm2-135m\nmethods:\n  - checkpoint: {json.dumps(checkpoint)}\n"
+                      "    name: external-awq\n")
+    assert load_run(recipe).methods[0].label() == "external-awq"
+
+
+# -- issue 39: what Markdown renders, escaped by the one function the report and the card share -----------
+
+# text from a store written before names were checked, an error, a note, a kernel line
+MARKUP_TEXTS = MARKUP_NAMES + ["a\\](javascript:x)", "[a]: javascript:alert(1)", "> quoted", "# heading",
+                               "<!-- c -->", "&#60;script&#62;", "x\n\n<b>new paragraph</b>", "*a*b_c_", "```"]
+
+
+@pytest.mark.parametrize("text", MARKUP_TEXTS)
+def test_md_escape_renders_exactly_the_text(text):
+    from markdown_it.common.utils import escapeHtml
+
+    from quantkit.report.render import markdown_table, md_code, md_escape
+
+    one_line = " ".join(text.split())
+    assert rendered(md_escape(text)) == f"<p>{escapeHtml(one_line)}</p>\n"
+    assert rendered(f"x {md_code(text)} y") == f"<p>x <code>{escapeHtml(one_line)}</code> y</p>\n"
+    table = rendered("\n".join(markdown_table(["name", "code"], [[text, md_code(text)]])))
+    assert f"<td>{escapeHtml(one_line)}</td>" in table and f"<td><code>{escapeHtml(one_line)}</code></td>" in table
+
+
+def _report_markdown(tmp_path: Path, text: str) -> str:
+    from quantkit import report as R
+    from quantkit.report.render import write_report
+
+    bench = {"kind": "quantkit.bench", "model_dir": "/m", "model_name": "m", "checkpoint": {"method": "none"},
+             "server": {"url": "http://127.0.0.1:1", "model_name": "m", "vllm_version": "0.32.0", "quant_lines": [text],
+                        "serve_config": {"extra": {"chat-template": text}}},
+             "workload": {"input_len": 8, "output_len": 8}, "points": [], "complete": True}
+    variants = [R.Variant(name="baseline", method="bf16", model_dir="/m", bench=bench),
+                R.Variant(name=text, method=text, model_dir=f"/m/{text}", status="failed", error=text)]
+    report = R.build_report(variants, title=f"quantkit report: {text}", recipe_hash="x",
+                            environment={"device": text, "vllm": "0.32.0", "quantkit": "0"}, notes=[text])
+    return Path(write_report(report, tmp_path)["md"]).read_text()
+
+
+@pytest.mark.parametrize("text", MARKUP_TEXTS)
+def test_a_report_renders_names_errors_and_notes_as_text(tmp_path, text):
+    """A variant named so, failed with it as its error, with it as a note, a kernel line, a serving
+    flag's value: the rendered report has exactly the elements it has with a plain word there (no
+    tag, link, image, emphasis or block of the text's own), and shows the text."""
+    from markdown_it.common.utils import escapeHtml
+
+    plain = rendered(_report_markdown(tmp_path / "plain", "plainword"))
+    html = rendered(_report_markdown(tmp_path / "hostile", text))
+    assert structure(html) == structure(plain)
+    assert escapeHtml(" ".join(text.split())) in html
