@@ -74,16 +74,15 @@ def resolved(path: str | Path | None) -> Path | None:
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """Every non-blank line of `path` parsed; a bad line is `file:line: not JSON (reason)`."""
+    """Every non-blank line of `path` parsed; a bad line (not JSON, or nested deeper than
+    safeload.MAX_JSON_DEPTH) is one line naming `file:line`."""
+    from .safeload import loads_json
+
     rows = []
     with Path(path).open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if line.strip():
+                rows.append(loads_json(line, f"{path}:{number}", "a JSON line", "fix that line"))
     return rows
 
 

@@ -52,6 +52,11 @@ def world(smollm2_dir, tmp_path_factory):
         data = (folder / "model.safetensors").read_bytes()
         (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
 
+    def deep500(folder: Path) -> None:  # parses, then exhausts the stack of whatever walks it (vLLM, transformers)
+        config = json.loads((folder / "config.json").read_text())
+        config["x"] = json.loads("[" * 500 + "]" * 500)
+        (folder / "config.json").write_text(json.dumps(config))
+
     def arch(folder: Path) -> None:
         config = json.loads((folder / "config.json").read_text())
         config["architectures"] = ["NoSuchForCausalLM"]
@@ -67,7 +72,9 @@ def world(smollm2_dir, tmp_path_factory):
         "nonempty": broken("nonempty", lambda f: None),
         "deepconfig": broken("deepconfig", lambda f: (f / "config.json").write_text("[" * 100_000 + "]" * 100_000)),
         "listconfig": broken("listconfig", lambda f: (f / "config.json").write_text('["LlamaForCausalLM"]')),
+        "deep500config": broken("deep500config", deep500),
     }
+    (root / "deep-import.json").write_text("[" * 100_000 + "]" * 100_000)
     (root / "prompts-bad.jsonl").write_text('{"prompt": "hi"}\nnot json\n')
     (root / "notjson.json").write_text("{ nope")
     (root / "method.yaml").write_text((REPO / "recipes" / "gptq.yaml").read_text())
@@ -149,7 +156,7 @@ CASES = [
     ("bench-vllm-without-vllm", ["bench", W("model"), "-c", "1"], 1, ["has no vLLM", "QUANTKIT_VLLM"], {"QUANTKIT_VLLM": sys.executable}),
     ("bench-vllm-not-executable", ["bench", W("model"), "-c", "1"], 1, ["not an executable", "QUANTKIT_VLLM"], {"QUANTKIT_VLLM": W("not_exec")}),
     ("bench-dataset-missing", ["bench", W("model"), "--dataset", "/nonexistent/p.jsonl"], 2, ["does not exist"], {}),
-    ("bench-dataset-bad-line", ["bench", W("model"), "--dataset", W("root", "prompts-bad.jsonl")], 2, ["prompts-bad.jsonl:2", "not JSON"], {}),
+    ("bench-dataset-bad-line", ["bench", W("model"), "--dataset", W("root", "prompts-bad.jsonl")], 2, ["prompts-bad.jsonl:2 is not valid JSON"], {}),
     ("bench-unwritable-results", ["bench", W("model"), "-c", "1", "--results-dir", "/proc/quantkit"], 2, ["cannot write results to /proc/quantkit", "--results-dir"], {}),
     ("bench-bad-serve-arg", ["bench", W("model"), "--serve-arg", "port=1"], 2, ["set by quantkit itself"], {}),
     ("bench-bad-knob", ["bench", W("model"), "--gpu-memory-utilization", "1.5"], 2, ["gpu-memory-utilization"], {}),
@@ -158,6 +165,8 @@ CASES = [
     ("bench-rate-inf", ["bench", W("model"), "--rate", "inf"], 2, ["--rate value 'inf'", "finite number"], {}),
     ("bench-rate-tiny", ["bench", W("model"), "--rate", "1e-300"], 2, ["--rate value '1e-300'", "greater than or equal to 0.1"], {}),
     ("bench-concurrency-20-digits", ["bench", W("model"), "-c", "12345678901234567890"], 2, ["--concurrency", "less than or equal to 100000"], {}),
+    ("bench-deep500-config", ["bench", W("deep500config"), "-c", "1"], 2, ["deep500config/config.json", "nests deeper than 64 levels"], {}),
+    ("serve-deep500-config", ["serve", W("deep500config")], 2, ["deep500config/config.json", "nests deeper than 64 levels"], {}),
     # serve
     ("serve-missing-dir", ["serve", "/nonexistent/dir"], 2, ["does not exist"], {}),
     ("serve-truncated", ["serve", W("truncated")], 2, ["truncated or damaged"], {}),
@@ -198,7 +207,8 @@ CASES = [
     ("compare-unknown-model", ["compare", "--model", "nope"], 2, ["nothing stored for model 'nope'"], {}),
     ("runs-show-unknown", ["runs", "show", "ffffffffff"], 2, ["no run with key"], {}),
     ("runs-rm-short", ["runs", "rm", "ab"], 2, ["at least 4 characters"], {}),
-    ("runs-import-not-json", ["runs", "import", W("root", "notjson.json")], 2, ["is not JSON"], {}),
+    ("runs-import-not-json", ["runs", "import", W("root", "notjson.json")], 2, ["is not valid JSON"], {}),
+    ("runs-import-deep", ["runs", "import", W("root", "deep-import.json")], 2, ["deep-import.json is not a quantkit result file", "nests deeper"], {}),
     ("compare-min-recovery-nan", ["compare", "--model", "smollm2-135m", "--min-recovery", "nan"], 2, ["--min-recovery", "finite number"], {}),
     ("compare-bandwidth-nan", ["compare", "--model", "smollm2-135m", "--bandwidth-gbs", "nan"], 2, ["--bandwidth-gbs", "finite number"], {}),
     ("compare-bandwidth-negative", ["compare", "--model", "smollm2-135m", "--bandwidth-gbs", "-5"], 2, ["--bandwidth-gbs", "greater than 0"], {}),

@@ -481,3 +481,109 @@ def test_an_empty_bench_concurrency_is_refused_not_skipped(tmp_path):
         recipe.load_run(path)
     path.write_text("kind: run\nname: t\nmodel: smollm2-135m\nbench: null\n")
     assert recipe.load_run(path).bench is None  # the way to run no bench
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. JSON a user hands quantkit: bounded depth on every read path (config.json, runs import,
+#    a JSONL dataset or calibration file, an eval baseline, a safetensors index)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _config_reads(tmp_path: Path, depth: int):
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "x": ' + _nested(depth) + "}")
+    return lambda: models.local_folder(folder)
+
+
+def _checkpoint_check(tmp_path: Path, depth: int):
+    from quantkit.checkpoint import check_causal_lm
+
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "x": ' + _nested(depth) + "}")
+    return lambda: check_causal_lm(folder, weights=False)
+
+
+def _import(tmp_path: Path, depth: int):
+    from quantkit.store import Store
+    from quantkit.store.imports import import_result
+
+    path = tmp_path / "r.json"
+    path.write_text('{"kind": "quantkit.bench", "points": ' + _nested(depth) + "}")
+
+    def run():
+        with Store(tmp_path / "r.db") as store:
+            import_result(store, path)
+    return run
+
+
+def _jsonl(tmp_path: Path, depth: int):
+    from quantkit.files import read_jsonl
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "hi"}\n{"prompt": ' + _nested(depth) + "}\n")
+    return lambda: read_jsonl(path)
+
+
+def _calibration_json(tmp_path: Path, depth: int):
+    from quantkit.quantize import calibration
+    from quantkit.recipe import Calibration
+
+    path = tmp_path / "calib.json"
+    path.write_text(_nested(depth))
+    return lambda: calibration.load(Calibration(dataset=str(path)))
+
+
+def _baseline(tmp_path: Path, depth: int):
+    from quantkit.evals.results import EvalRun
+
+    path = tmp_path / "baseline.json"
+    path.write_text('{"kind": "quantkit.eval", "tasks": ' + _nested(depth) + "}")
+    return lambda: EvalRun.read(path)
+
+
+def _index(tmp_path: Path, depth: int):
+    from quantkit.checkpoint import validate
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    header = b'{"__metadata__": {}}'
+    (folder / "model-00001-of-00001.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    (folder / "model.safetensors.index.json").write_text('{"weight_map": {}, "metadata": ' + _nested(depth) + "}")
+    return lambda: validate(folder)
+
+
+READERS = {"config.json": _config_reads, "check_causal_lm": _checkpoint_check, "runs import": _import,
+           "jsonl line": _jsonl, "calibration .json": _calibration_json, "eval baseline": _baseline,
+           "safetensors index": _index}
+
+
+@pytest.mark.parametrize("depth", [65, 200, 500, 990, 100_000])
+@pytest.mark.parametrize("reader", list(READERS))
+def test_json_nested_too_deeply_is_one_line_on_every_read_path(tmp_path, reader, depth):
+    read = READERS[reader](tmp_path, depth)
+    with pytest.raises(UsageError) as err:
+        read()
+    line = err.value.one_line()
+    assert "nests deeper than" in line and "\n" not in line, line
+
+
+@pytest.mark.parametrize("reader", ["config.json", "check_causal_lm", "jsonl line"])
+def test_json_of_ordinary_depth_still_reads(tmp_path, reader):
+    READERS[reader](tmp_path, 8)()  # a real config or result nests under ten levels
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_result_file_holding_nan_is_not_json(tmp_path, constant):
+    from quantkit.store import Store
+    from quantkit.store.imports import import_result
+
+    path = tmp_path / "r.json"
+    path.write_text('{"kind": "quantkit.bench", "points": [{"rate": ' + constant + "}]}")
+    with Store(tmp_path / "r.db") as store, pytest.raises(UsageError, match=f"not valid JSON \\({constant} is not a JSON number"):
+        import_result(store, path)
