@@ -165,6 +165,7 @@ CASES = [
     ("bench-rate-inf", ["bench", W("model"), "--rate", "inf"], 2, ["--rate value 'inf'", "finite number"], {}),
     ("bench-rate-tiny", ["bench", W("model"), "--rate", "1e-300"], 2, ["--rate value '1e-300'", "greater than or equal to 0.1"], {}),
     ("bench-concurrency-20-digits", ["bench", W("model"), "-c", "12345678901234567890"], 2, ["--concurrency", "less than or equal to 100000"], {}),
+    ("bench-url-port", ["bench", W("model"), "--url", "http://127.0.0.1:99999", "-c", "1"], 2, ["port '99999'", "1 to 65535"], {}),
     ("bench-deep500-config", ["bench", W("deep500config"), "-c", "1"], 2, ["deep500config/config.json", "nests deeper than 64 levels"], {}),
     ("serve-deep500-config", ["serve", W("deep500config")], 2, ["deep500config/config.json", "nests deeper than 64 levels"], {}),
     # serve

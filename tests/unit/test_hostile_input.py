@@ -587,3 +587,20 @@ def test_a_result_file_holding_nan_is_not_json(tmp_path, constant):
     path.write_text('{"kind": "quantkit.bench", "points": [{"rate": ' + constant + "}]}")
     with Store(tmp_path / "r.db") as store, pytest.raises(UsageError, match=f"not valid JSON \\({constant} is not a JSON number"):
         import_result(store, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. --url: a port out of range is bad input, named without the URL's credentials
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:0", "http://127.0.0.1:65536/v1",
+                                 "https://host:-1", "http://host:http", "http://[::1]:70000",
+                                 "http://user:s3cret@127.0.0.1:99999/v1", "http://127.0.0.1:1e3"])
+def test_a_url_port_out_of_range_is_one_usage_line(tmp_path, url, no_keys):
+    checkpoint = _config_only_model(tmp_path / "m")
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        open_server(checkpoint, url)
+    assert time.monotonic() - t0 < 2  # refused, not a connection attempt
+    line = err.value.one_line()
+    assert "a port is a number from 1 to 65535" in line and "s3cret" not in line, line
