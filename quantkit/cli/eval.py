@@ -10,6 +10,7 @@ from rich.table import Table
 
 from ..console import emit, run_command, stdout
 from ..errors import QuantkitError, UsageError, validation_as_usage_error
+from ..files import output_folder
 from . import app
 from .. import numbers
 from .options import Json, Quiet, ServingOptions, mode, number_option, serving_options
@@ -64,6 +65,8 @@ def eval_command(
     def body():
         from ..evals import gates as gates_mod, results, run as runner
         gates = parse_gates(min_recovery, min_task_recovery, gate)
+        if output is not None:
+            output_folder(output, "--output")
         if gates is not None and baseline is None:
             raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
         if grow_to is not None and gates is None:

@@ -12,6 +12,7 @@ from ..console import emit, run_command, stdout
 from ..errors import BackendError, GateFailed, GateInconclusive
 from . import app
 from .. import numbers
+from ..files import output_folder
 from .options import Json, Quiet, mode, number_option
 
 def _print_summary(summary) -> None:
@@ -36,6 +37,8 @@ def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet
     from ..pipeline import run as run_pipeline
 
     def body():
+        if report_dir is not None:  # a file there would fail the report after the whole run
+            output_folder(report_dir, "--report-dir")
         summary = run_pipeline(recipe, force=force, report_dir=report_dir, executor=executor, address=address,
                                output=mode(json, quiet), only=only or None)
         failed = [o for o in summary.outcomes if o.status == "failed"]
@@ -134,6 +137,8 @@ def compare(
         lengths = parse_workload(workload) if workload else None
         wanted = resolve(slo)[1] if slo else None
         parse_gates(min_recovery or None, None, [])  # 0 turns the gate off, as it does on push
+        if output is not None:
+            output_folder(output, "--output")
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output, workload=lengths,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth,

@@ -74,6 +74,8 @@ def world(smollm2_dir, tmp_path_factory):
         "listconfig": broken("listconfig", lambda f: (f / "config.json").write_text('["LlamaForCausalLM"]')),
         "deep500config": broken("deep500config", deep500),
     }
+    (root / "a-file").write_text("not a folder")
+    (root / "a-folder").mkdir()
     (root / "deep-import.json").write_text("[" * 100_000 + "]" * 100_000)
     (root / "prompts-bad.jsonl").write_text('{"prompt": "hi"}\nnot json\n')
     (root / "notjson.json").write_text("{ nope")
@@ -213,7 +215,9 @@ CASES = [
     ("compare-min-recovery-nan", ["compare", "--model", "smollm2-135m", "--min-recovery", "nan"], 2, ["--min-recovery", "finite number"], {}),
     ("compare-bandwidth-nan", ["compare", "--model", "smollm2-135m", "--bandwidth-gbs", "nan"], 2, ["--bandwidth-gbs", "finite number"], {}),
     ("compare-bandwidth-negative", ["compare", "--model", "smollm2-135m", "--bandwidth-gbs", "-5"], 2, ["--bandwidth-gbs", "greater than 0"], {}),
+    ("compare-output-file", ["compare", "--model", "smollm2-135m", "-o", W("root", "a-file")], 2, ["--output", "is a file, not a folder"], {}),
     ("card-gate-nan", ["card", W("model"), "--gate", "task=nan"], 2, ["--gate", "finite number"], {}),
+    ("card-output-folder", ["card", W("model"), "-o", W("root", "a-folder")], 2, ["--output", "is a folder, not a file"], {}),
     ("push-bad-repo", ["push", W("model"), "--repo", "no-slash"], 2, ["ORG/NAME"], {}),
     ("push-missing-dir", ["push", "/nonexistent/dir", "--repo", "a/b"], 2, ["is not a folder"], {}),
     ("push-repo-double-dash", ["push", W("model"), "--repo", "org/name--x"], 2, ["'org/name--x' is not a valid Hub repository id", "ORG/NAME"], {}),

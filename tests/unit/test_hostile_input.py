@@ -604,3 +604,79 @@ def test_a_url_port_out_of_range_is_one_usage_line(tmp_path, url, no_keys):
     assert time.monotonic() - t0 < 2  # refused, not a connection attempt
     line = err.value.one_line()
     assert "a port is a number from 1 to 65535" in line and "s3cret" not in line, line
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. Output paths, checked before any work: a file where a folder is wanted, and the reverse
+
+
+@pytest.mark.parametrize("args, words", [
+    (["compare", "--model", "m", "-o", "{file}"], ["--output", "is a file, not a folder"]),
+    (["compare", "--model", "m", "-o", "{file}/sub"], ["--output", "is a file, so no folder can be made under it"]),
+    (["run", "{recipe}", "-o", "{file}"], ["--report-dir", "is a file, not a folder"]),
+    (["eval", "{model}", "--tasks", "arc_easy", "-o", "{file}"], ["--output", "is a file, not a folder"]),
+    (["card", "{model}", "-o", "{folder}"], ["--output", "is a folder, not a file", "README.md"]),
+    (["card", "{model}", "-o", "{file}/card.md"], ["--output", "is a file, so no folder can be made under it"]),
+    (["card", "{model}", "-o", "{folder}/" + "x" * 256], ["--output", "longer than 255 bytes"]),
+    (["compare", "--model", "m", "-o", "{folder}/" + "é" * 128], ["--output", "longer than 255 bytes"]),
+])
+def test_an_output_of_the_wrong_kind_is_refused_before_work(tmp_path, monkeypatch, capsys, args, words):
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    model = _config_only_model(tmp_path / "model")
+    (tmp_path / "file").write_text("keep me")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "run.yaml").write_text(f"kind: run\nname: t\nmodel: {model}\nmethods: []\n")
+    paths = {"file": tmp_path / "file", "folder": tmp_path / "folder", "model": model, "recipe": tmp_path / "run.yaml"}
+    code, _, err = _main([a.format(**paths) for a in args], capsys, monkeypatch)
+    line = _the_error_line(err)
+    assert code == 2 and all(w in line for w in words), line
+    assert ".tmp" not in line  # never an internal temporary name
+    assert (tmp_path / "file").read_text() == "keep me" and list((tmp_path / "folder").iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# 10. Temporary names fit the filesystem, and a killed one is found wherever it was made
+
+
+@pytest.mark.parametrize("length", [200, 240, 250, 255])
+@pytest.mark.parametrize("letter", ["x", "é"])
+def test_a_long_valid_name_is_written_atomically(tmp_path, length, letter):
+    from quantkit.files import NAME_MAX, atomic_write_text, temp_folder
+
+    name = (letter * length).encode("utf-8")[:length].decode("utf-8", errors="ignore")
+    assert len(name.encode("utf-8")) <= NAME_MAX
+    atomic_write_text(tmp_path / name, "card\n")
+    assert (tmp_path / name).read_text() == "card\n" and [p.name for p in tmp_path.iterdir()] == [name]
+    with temp_folder(tmp_path / (name + "-dir")[-NAME_MAX:]) as tmp:
+        assert tmp.is_dir() and len(tmp.name.encode("utf-8")) <= NAME_MAX and tmp.name.startswith(".")
+    assert not tmp.exists()
+
+
+def test_a_killed_temporary_folder_is_listed_wherever_it_was_made(tmp_path, monkeypatch):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from quantkit import housekeeping
+    from quantkit.files import ledger_entries
+
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("QUANTKIT_MODELS_DIR", str(tmp_path / "models"))
+    elsewhere = tmp_path / "elsewhere"
+    code = ("import sys, time; from pathlib import Path; from quantkit.files import temp_folder\n"
+            "with temp_folder(Path(sys.argv[1])) as tmp:\n"
+            "    (tmp / 'model.safetensors').write_bytes(b'0' * 1000); print(tmp, flush=True); time.sleep(600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(elsewhere / "x")], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ})
+    tmp = Path(child.stdout.readline().strip())
+    assert tmp.parent == elsewhere and tmp.name.startswith(".x.tmp-")
+    assert housekeeping.leftovers() == []  # a live process's folder is in use, not left over
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert housekeeping.leftovers() == [tmp]  # outside the models folder, found through the ledger
+    assert str(tmp) in housekeeping.leftovers_line(housekeeping.leftovers())
+    import shutil
+
+    shutil.rmtree(tmp)  # the user removes it, as the line says
+    assert housekeeping.leftovers() == [] and ledger_entries() == []  # and the ledger forgets it
