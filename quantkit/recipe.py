@@ -29,6 +29,7 @@ from .evals.gates import Gates, GrowSettings
 from .measure.capacity import CapacitySettings
 from .measure.tune import TuneSettings
 from .methods import METHODS
+from .numbers import MAX_TOKENS, Concurrency, Count, CountOrZero, Positive, Seed, Tokens
 from .serve.config import ServeConfig
 
 SCHEMA_VERSION = 1
@@ -44,16 +45,17 @@ def check_method(name: str) -> str:
 
 
 class Strict(BaseModel):
-    """The base of every recipe schema: unknown keys are errors, assignments are validated."""
+    """The base of every recipe schema: unknown keys are errors, assignments are validated, a
+    number is finite (`.nan`, `.inf` are refused; numbers.py bounds the rest)."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Calibration(Strict):
     # "c4" means allenai/c4 online, or $QUANTKIT_DATA_DIR/c4/en_train_first1000.jsonl offline.
     dataset: str = "c4"
-    num_samples: int = Field(64, ge=1)
-    seq_len: int = Field(512, ge=8)
+    num_samples: Count = 64
+    seq_len: int = Field(512, ge=8, le=MAX_TOKENS)
     text_field: str | None = None
     split: str = "train"
     seed: int = 0
@@ -288,19 +290,28 @@ class MethodEntry(Strict):
 
 
 class BenchSettings(Strict):
-    concurrency: list[int] = Field(default_factory=lambda: [1, 4, 16])
-    input_len: int = 128
-    output_len: int = 64
-    num_prompts: int | None = None
-    warmup: int = 2
-    seed: int = 0
+    # the bench's numbers follow the command line's (`quantkit bench`): numbers.py's kinds
+    concurrency: list[Concurrency] = Field(default_factory=lambda: [1, 4, 16])
+    input_len: Tokens = 128
+    output_len: Tokens = 64
+    num_prompts: Count | None = None
+    warmup: CountOrZero = 2
+    seed: Seed = 0
+
+    @field_validator("concurrency")
+    @classmethod
+    def _some_concurrency(cls, value: list[int]) -> list[int]:
+        if not value:  # an empty list once skipped the bench without a word
+            raise ValueError("an empty list measures nothing: list at least one concurrency, or set bench: null "
+                             "to run no bench")
+        return value
 
 
 class EvalSettings(Strict):
     tasks: str | list[str] = "quick"
-    limit: int | None = None
-    num_fewshot: int | None = None
-    num_concurrent: int = 4
+    limit: Count | None = None
+    num_fewshot: CountOrZero | None = None
+    num_concurrent: Concurrency = 4
     # grow: {max_items: N}: while a gate is inconclusive, score more items (seeded order) on the
     # baseline and the undecided variants, up to N per task. Not part of the eval's run key.
     grow: GrowSettings | None = None
@@ -350,7 +361,7 @@ class RunRecipe(Strict):
     bench: BenchSettings | None = Field(default_factory=BenchSettings)
     eval: EvalSettings | None = Field(default_factory=EvalSettings)
     gates: Gates = Field(default_factory=Gates)
-    bandwidth_gbs: float | None = None
+    bandwidth_gbs: Positive | None = None
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     # capacity under an SLO on the `serve:` configuration (vLLM's defaults plus those flags), and
     # optionally the tuner's search for a better configuration; both need `slo:`

@@ -7,13 +7,18 @@ RecursionError, gigabytes of memory or minutes:
   (an alias bomb) in anything that walks the data as a tree (a line index, pydantic, json.dumps);
   an alias used inside its own anchor is a cycle. `load_yaml` visits each node once (memoized by
   identity) and refuses both, and deep nesting, with file:line before anything walks the tree.
-- JSON nested deeper than Python's recursion limit raises RecursionError in `json.loads`;
-  `read_json` turns that, bad JSON and an unreadable file into one UsageError line.
+- JSON nested deeper than Python's recursion limit raises RecursionError in `json.loads`, and
+  JSON nested a few hundred levels parses but raises it later, in whatever walks it (transformers
+  and vLLM read a checkpoint's config.json; pydantic, json.dumps and the secret masking walk a
+  result). `loads_json` refuses nesting deeper than MAX_JSON_DEPTH (real configs and results nest
+  under ten levels) and `read_json` turns that, bad JSON and an unreadable file into one UsageError
+  line. Every JSON file a user hands quantkit is read through them.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +29,7 @@ from .errors import UsageError
 
 MAX_YAML_VALUES = 100_000  # values after alias expansion: far above any real recipe (a few hundred)
 MAX_YAML_DEPTH = 64  # nesting levels, aliases expanded: PyYAML's composer recurses once per level
+MAX_JSON_DEPTH = 64  # nesting levels: a Hugging Face config or a quantkit result nests under ten
 
 
 # ----------------------------------------------------------------------------------------------
@@ -180,20 +186,44 @@ def load_yaml(text: str, source: str) -> tuple[Any, Lines]:
 # JSON
 
 
-def loads_json(text: str, source: str, what: str = "a JSON file", fix: str = "fix it") -> Any:
-    """JSON text -> data; bad JSON and nesting deeper than Python can parse are one line."""
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def json_depth(data: Any) -> int:
+    """How deeply `data` nests (a scalar 0, [] 1), walked without recursion."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, (dict, list)):
+            deepest = max(deepest, depth)
+            stack.extend((v, depth + 1) for v in (value.values() if isinstance(value, dict) else value))
+    return deepest
+
+
+def loads_json(text: str | bytes, source: str, what: str = "a JSON file", fix: str = "fix it",
+               strict: bool = False) -> Any:
+    """JSON text -> data; bad JSON and nesting deeper than MAX_JSON_DEPTH are one line. `strict`:
+    NaN and Infinity, which Python writes and JSON lacks, are bad JSON too (a result file)."""
     try:
-        return json.loads(text)
+        data = json.loads(text, parse_constant=_not_json) if strict else json.loads(text)
     except json.JSONDecodeError as exc:
-        raise UsageError(f"{source} is not valid JSON ({exc.msg} at line {exc.lineno}); {fix}") from None
+        at = "" if re.search(r":\d+$", source) else f" at line {exc.lineno}"  # a JSONL line's source names it
+        raise UsageError(f"{source} is not valid JSON ({exc.msg}{at}); {fix}") from None
+    except ValueError as exc:  # strict: a NaN or Infinity
+        raise UsageError(f"{source} is not valid JSON ({exc}); {fix}") from None
     except RecursionError:
         # json's decoder recurses once per level: a thousand [ or { exhaust Python's stack
         raise UsageError(f"{source} is not {what}: its JSON nests deeper than Python can read "
                          f"(about {sys.getrecursionlimit()} levels); {fix}") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise UsageError(f"{source} is not {what}: its JSON nests deeper than {MAX_JSON_DEPTH} levels "
+                         f"(real ones nest under ten); {fix}")
+    return data
 
 
 def read_json(path: str | Path, what: str = "a JSON file", fix: str = "fix it",
-              expect: type | None = None) -> Any:
+              expect: type | None = None, strict: bool = False) -> Any:
     """A JSON file's data, or one UsageError line: unreadable, not JSON, nested too deeply, or (with
     `expect`, e.g. dict) not that type at the top."""
     path = Path(path)
@@ -201,7 +231,7 @@ def read_json(path: str | Path, what: str = "a JSON file", fix: str = "fix it",
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror or exc}; {fix}") from None
-    data = loads_json(text, str(path), what, fix)
+    data = loads_json(text, str(path), what, fix, strict)
     if expect is not None and not isinstance(data, expect):
         kind = {dict: "an object ({...})", list: "a list ([...])"}.get(expect, expect.__name__)
         raise UsageError(f"{path} is not {what}: its JSON is a {type(data).__name__}, not {kind}; {fix}")

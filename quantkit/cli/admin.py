@@ -10,7 +10,8 @@ from rich.table import Table
 from ..console import run_command, stdout
 from ..errors import QuantkitError
 from . import app
-from .options import Json, Quiet, mode
+from .. import numbers
+from .options import Json, Quiet, mode, number_option
 
 models_app = typer.Typer(help="Converted checkpoints on disk: list them, remove them with their records.",
                          no_args_is_help=True)
@@ -66,7 +67,7 @@ def models_rm(
 @app.command()
 def doctor(
     recipe: Optional[str] = typer.Option(None, "--recipe", help="Check the limits against this run recipe's concurrencies."),
-    concurrency: int = typer.Option(256, "--concurrency", "-c", min=1, help="Concurrency to check the load-test limits against."),
+    concurrency: int = number_option(numbers.Concurrency, "--concurrency", "-c", default=256, help="Concurrency to check the load-test limits against."),
     json: Json = False, quiet: Quiet = False,
 ) -> None:
     """Check the environments, data, store, disk and load-test limits; say what to fix (exit 1 on a failure)."""

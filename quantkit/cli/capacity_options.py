@@ -13,63 +13,40 @@ from __future__ import annotations
 from typing import Annotated, Any, List, Optional
 
 import typer
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from ..measure.capacity import CapacitySettings
 from ..measure.point import WindowSettings
 from ..measure.profiles import CPU_WINDOW, GPU_WINDOW
+from ..numbers import allowed, field_constraints
+from .options import checked_option
 
 CAPACITY_DEFAULTS = CapacitySettings()
 
 # settings field -> the option that sets it: an error about the field names what the user typed
 OPTION_OF_FIELD: dict[str, str] = {}
 
-# pydantic keeps Field(gt=0, lt=4) as annotated_types.Gt(gt=0), Lt(lt=4): (attribute, symbol, words)
-_LOWER = (("gt", "<", "greater than"), ("ge", "<=", "greater than or equal to"))
-_UPPER = (("lt", "<", "less than"), ("le", "<=", "less than or equal to"))
-
-
-def _bound(model: type[BaseModel], field: str, kinds: tuple) -> tuple[float, str, str] | None:
-    for constraint in model.model_fields[field].metadata:
-        for attribute, symbol, words in kinds:
-            if getattr(constraint, attribute, None) is not None:
-                return getattr(constraint, attribute), symbol, words
-    return None
-
 
 def allowed_range(model: type[BaseModel], field: str) -> tuple[str, str]:
     """A numeric field's bounds as typer's help writes a range and as words:
     (`0<x<4`, `greater than 0 and less than 4`); empty strings for a field without bounds."""
-    lower, upper = _bound(model, field, _LOWER), _bound(model, field, _UPPER)
-    words = " and ".join(f"{w} {v:g}" for v, _, w in (b for b in (lower, upper) if b))
-    if lower and upper:
-        return f"{lower[0]:g}{lower[1]}x{upper[1]}{upper[0]:g}", words
-    if lower:  # one bound reads from x: x>0, x>=1
-        return f"x{lower[1].replace('<', '>')}{lower[0]:g}", words
-    if upper:
-        return f"x{upper[1]}{upper[0]:g}", words
-    return "", ""
+    return allowed(field_constraints(model.model_fields[field]))
 
 
 def settings_option(model: type[BaseModel], field: str, *flags: str, help: str) -> Any:
     """A typer option for `model.field`: the model checks every value given, while the command line
     is parsed (a usage error before any server starts), and the help ends with the field's range.
-    typer's own min/max cannot stand in: they are inclusive, and most of these bounds are not."""
-    shown, words = allowed_range(model, field)
+    typer's own min/max cannot stand in: they are inclusive, most of these bounds are not, and
+    they take nan (no comparison refuses it)."""
+    shown, _ = allowed_range(model, field)
 
-    def check(value: Any) -> Any:
-        if value is None:  # not given: the machine's default applies later
-            return value
-        try:
-            model.model_validate({field: value})
-        except ValidationError as exc:
-            problem = f"Input should be {words}" if words else exc.errors()[0]["msg"]
-            given = f"{value:g}" if isinstance(value, (int, float)) else f"'{value}'"
-            raise typer.BadParameter(f"{problem}, not {given}") from None
+    def validate(value: Any) -> Any:
+        model.model_validate({field: value})
         return value
 
     OPTION_OF_FIELD[field] = flags[0]
-    return typer.Option(*flags, callback=check, help=f"{help}  [{shown}]" if shown else help)
+    return checked_option(validate, field_constraints(model.model_fields[field]), *flags,
+                          help=f"{help}  [{shown}]" if shown else help)
 
 
 def num_prompts_option(help: str) -> Any:

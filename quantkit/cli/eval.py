@@ -10,8 +10,10 @@ from rich.table import Table
 
 from ..console import emit, run_command, stdout
 from ..errors import QuantkitError, UsageError, validation_as_usage_error
+from ..files import output_folder
 from . import app
-from .options import Json, Quiet, ServingOptions, mode, serving_options
+from .. import numbers
+from .options import Json, Quiet, ServingOptions, mode, number_option, serving_options
 
 # Gates field -> the option that sets it (eval's and push's flags alike)
 GATE_OPTION_OF_FIELD = {"min_recovery": "--min-recovery", "min_task_recovery": "--min-task-recovery", "tasks": "--gate"}
@@ -40,19 +42,19 @@ def parse_gates(min_recovery: float | None, min_task_recovery: float | None, gat
 def eval_command(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder or smollm2-135m (its tokenizer is used; results are stored in it)."),
     tasks: str = typer.Option(..., "--tasks", "-t", help="Comma-separated tasks and/or suites (quick, openllm); see `quantkit eval-tasks`."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Items per task (per subtask for mmlu); replaces a suite's limit."),
-    num_fewshot: Optional[int] = typer.Option(None, "--num-fewshot", help="Few-shot examples; replaces the task's / suite's default."),
+    limit: Optional[int] = number_option(numbers.Count, "--limit", default=None, help="Items per task (per subtask for mmlu); replaces a suite's limit."),
+    num_fewshot: Optional[int] = number_option(numbers.CountOrZero, "--num-fewshot", default=None, help="Few-shot examples; replaces the task's / suite's default."),
     url: Optional[str] = typer.Option(None, "--url", help="Use this running OpenAI-compatible server instead of starting vLLM on DIR."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Results folder (default DIR/quantkit-eval)."),
     chat_template: bool = typer.Option(False, "--chat-template", help="Apply the tokenizer's chat template (few-shot as multi-turn)."),
-    max_gen_toks: Optional[int] = typer.Option(None, "--max-gen-toks", min=1, help="Cap on generated tokens for generate-until tasks (gsm8k); lm-eval's default is 256."),
-    concurrency: int = typer.Option(4, "--concurrency", min=1, help="Concurrent requests lm-eval keeps in flight."),
+    max_gen_toks: Optional[int] = number_option(numbers.Tokens, "--max-gen-toks", default=None, help="Cap on generated tokens for generate-until tasks (gsm8k); lm-eval's default is 256."),
+    concurrency: int = number_option(numbers.Concurrency, "--concurrency", default=4, help="Concurrent requests lm-eval keeps in flight."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Baseline eval results .json, or a checkpoint folder with results, for recovery."),
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: minimum average recovery over accuracy tasks (exit 3 below it)."),
     min_task_recovery: Optional[float] = typer.Option(None, "--min-task-recovery", help="Gate: minimum recovery of every task."),
     gate: List[str] = typer.Option([], "--gate", help="Gate on one task, TASK=MIN_RECOVERY (repeatable)."),
-    grow_to: Optional[int] = typer.Option(None, "--grow-to", min=1, help="While a gate is inconclusive, score more items (a fixed seeded order, on the baseline folder too) up to this many per task."),
-    grow_seed: int = typer.Option(1234, "--grow-seed", help="Seed of the order in which --grow-to adds items."),
+    grow_to: Optional[int] = number_option(numbers.Count, "--grow-to", default=None, help="While a gate is inconclusive, score more items (a fixed seeded order, on the baseline folder too) up to this many per task."),
+    grow_seed: int = number_option(numbers.Seed, "--grow-seed", default=1234, help="Seed of the order in which --grow-to adds items."),
     json: Json = False,
     quiet: Quiet = False,
     serve: ServingOptions = None,
@@ -63,6 +65,8 @@ def eval_command(
     def body():
         from ..evals import gates as gates_mod, results, run as runner
         gates = parse_gates(min_recovery, min_task_recovery, gate)
+        if output is not None:
+            output_folder(output, "--output")
         if gates is not None and baseline is None:
             raise UsageError("recovery gates need --baseline (results .json or checkpoint folder)")
         if grow_to is not None and gates is None:

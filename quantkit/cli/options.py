@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Optional
 
 import typer
+from pydantic import Field, ValidationError
 
 from ..console import OutputMode
+from ..numbers import MAX_SECONDS, adapter, allowed, metadata_of, problem, shown
 from ..serve.config import BOOL_KNOBS, KNOBS, ServeConfig, knob_type
 
 Json = Annotated[bool, typer.Option("--json", help="Print the result (or the error) as JSON on stdout.")]
@@ -25,28 +27,38 @@ Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing on suc
 
 PANEL = "vLLM serving options"
 
-# Numbers and ports are checked where they are parsed (typer's min/max): a bad value is a usage
-# error (exit 2) before anything starts.
+
+def checked_option(validate: Callable[[Any], Any], metadata: list, *flags: str, help: str, **kwargs: Any) -> Any:
+    """A typer option whose value `validate` (a pydantic check) accepts or refuses while the command
+    line is parsed: a refusal is one line naming the option and its range (exit 2), before
+    anything starts. `metadata`: the constraints the message words (numbers.allowed)."""
+    def check(value: Any) -> Any:
+        if value is None:  # not given: a default applies later
+            return value
+        try:
+            validate(value)
+        except ValidationError as exc:
+            raise typer.BadParameter(f"{problem(exc, metadata)}, not {shown(value)}") from None
+        return value
+
+    if "default" in kwargs:  # a parameter's default (an `Annotated` alias takes none: typer's rule)
+        return typer.Option(kwargs.pop("default"), *flags, callback=check, help=help, **kwargs)
+    return typer.Option(*flags, callback=check, help=help, **kwargs)
+
+
+def number_option(kind: Any, *flags: str, help: str, **kwargs: Any) -> Any:
+    """A typer option that takes a `kind` of number (numbers.py: finite, in its range); its help
+    ends with the range."""
+    shown, _ = allowed(metadata_of(kind))
+    return checked_option(adapter(kind).validate_python, metadata_of(kind), *flags, help=f"{help}  [{shown}]" if shown else help, **kwargs)
+
+
+# Numbers and ports are checked where they are parsed: a bad value is a usage error (exit 2)
+# before anything starts.
 Port = Annotated[Optional[int], typer.Option("--port", min=1, max=65535, help="Port for the server (default: a free one).")]
-StartupTimeout = Annotated[float, typer.Option("--startup-timeout", min=1.0, envvar="QUANTKIT_STARTUP_TIMEOUT", help="Seconds to wait for the server to become ready (default 600; QUANTKIT_STARTUP_TIMEOUT).")]
-
-
-def positive_list(text: Optional[str], cast: Callable[[str], Any], name: str) -> Optional[list]:
-    """`1,4,16` -> [1, 4, 16]: every item a positive number; an empty item (`1,,4`) is an error."""
-    if text is None:
-        return None
-    from ..errors import UsageError
-
-    items = [x.strip() for x in text.split(",")]
-    try:
-        values = [cast(x) for x in items]
-    except ValueError:
-        values = None
-    if not items or values is None or any(x == "" for x in items):
-        raise UsageError(f"bad {name} '{text}': expected comma-separated numbers like 1,4,16")
-    if any(v <= 0 for v in values):
-        raise UsageError(f"bad {name} '{text}': every value must be positive")
-    return values
+StartupTimeout = Annotated[float, number_option(
+    Annotated[float, Field(ge=1.0, le=MAX_SECONDS, allow_inf_nan=False)], "--startup-timeout",
+    envvar="QUANTKIT_STARTUP_TIMEOUT", help="Seconds to wait for the server to become ready (default 600; QUANTKIT_STARTUP_TIMEOUT).")]
 
 
 def mode(json: bool, quiet: bool) -> OutputMode:

@@ -101,10 +101,13 @@ def card(
 ) -> None:
     """Write the model card `push` would upload, without pushing (to review it)."""
     from .. import hub
+    from ..files import output_file
 
     def body():
         if repo is not None:
             check_repo_id(repo)
+        if output is not None:  # a folder, or a file in no folder, before the evidence is gathered
+            output_file(output, "--output")
         return hub.card(model_dir, output, repo=repo, base_model=base_model,
                         gates=_gates(min_recovery, min_task_recovery, gate), force=force)
 

@@ -11,7 +11,9 @@ from rich.table import Table
 from ..console import emit, run_command, stdout
 from ..errors import BackendError, GateFailed, GateInconclusive
 from . import app
-from .options import Json, Quiet, mode
+from .. import numbers
+from ..files import output_folder
+from .options import Json, Quiet, mode, number_option
 
 def _print_summary(summary) -> None:
     table = Table("variant", "stage", "status", "seconds", "key", "error")
@@ -35,6 +37,8 @@ def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet
     from ..pipeline import run as run_pipeline
 
     def body():
+        if report_dir is not None:  # a file there would fail the report after the whole run
+            output_folder(report_dir, "--report-dir")
         summary = run_pipeline(recipe, force=force, report_dir=report_dir, executor=executor, address=address,
                                output=mode(json, quiet), only=only or None)
         failed = [o for o in summary.outcomes if o.status == "failed"]
@@ -111,11 +115,11 @@ def compare(
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name as stored (e.g. smollm2-135m)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Report folder (default reports/<model>)."),
     min_recovery: Optional[float] = typer.Option(None, "--min-recovery", help="Gate: average recovery at least this."),
-    bandwidth: Optional[float] = typer.Option(None, "--bandwidth-gbs", help="Device memory bandwidth for the batch-1 bound."),
+    bandwidth: Optional[float] = number_option(numbers.Positive, "--bandwidth-gbs", default=None, help="Device memory bandwidth for the batch-1 bound."),
     workload: Optional[str] = typer.Option(None, "--workload", help="Capacity of this workload, IN/OUT tokens (e.g. 4096/512); default: the newest measured."),
     accuracy_from: Optional[str] = typer.Option(None, "--accuracy-from", help="Variants not evaluated take recovery and gates from this stored model's evals of the same methods (a proxy, said in the report)."),
     run_gates: bool = typer.Option(True, "--run-gates/--no-run-gates", help="Without --min-recovery, apply the gates the run itself used (stored with its evals)."),
-    price: Optional[float] = typer.Option(None, "--price-per-hour", help="What the serving machine (e.g. one GPU) costs per hour: the SLO-tier table adds the cost per million output tokens (or QUANTKIT_PRICE_PER_HOUR)."),
+    price: Optional[float] = number_option(numbers.Positive, "--price-per-hour", default=None, help="What the serving machine (e.g. one GPU) costs per hour: the SLO-tier table adds the cost per million output tokens (or QUANTKIT_PRICE_PER_HOUR)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="Capacity under this SLO (or tier: mlperf-server, interactive), judged again from the stored ladders without measuring; says what to run where a ladder does not cover it."),
     json: Json = False,
     quiet: Quiet = False,
@@ -124,16 +128,17 @@ def compare(
 
     With --accuracy-from P, a model with random weights (speed only) is gated on P's accuracy.
     With --slo S, every capacity is re-derived under S from the points already stored."""
-    from ..errors import UsageError
     from ..measure.tiers import resolve
     from ..report.gather import compare as do_compare, parse_workload
     from ..store import Store
+    from .eval import parse_gates
 
     def body():
         lengths = parse_workload(workload) if workload else None
         wanted = resolve(slo)[1] if slo else None
-        if price is not None and not price > 0:
-            raise UsageError(f"--price-per-hour {price:g} is not a positive price; give what the machine costs an hour, e.g. 3.5")
+        parse_gates(min_recovery or None, None, [])  # 0 turns the gate off, as it does on push
+        if output is not None:
+            output_folder(output, "--output")
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output, workload=lengths,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth,

@@ -15,7 +15,8 @@ from . import app
 from .capacity_options import (CAPACITY_DEFAULTS, OPTION_OF_FIELD, CapacityMax, CapacityProfile, CapacityStart,
                                Confidence, InputLen, OutputLen, Span, Tolerance, Waves, WindowMax, WindowMin, WindowWarmup,
                                num_prompts_option)
-from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, positive_list, serving_options
+from .. import numbers
+from .options import Json, Port, Quiet, ServingOptions, StartupTimeout, mode, number_option, serving_options
 
 BenchNumPrompts = num_prompts_option("Requests per point (default 4 x concurrency, min 8); caps a --capacity point.")
 TuneNumPrompts = num_prompts_option("At most this many requests per point.")
@@ -64,16 +65,16 @@ def bench(
     concurrency: Optional[str] = typer.Option(None, "--concurrency", "-c", help="Comma-separated concurrencies (default 1,4,16)."),
     rate: Optional[str] = typer.Option(None, "--rate", help="Comma-separated Poisson request rates (req/s)."),
     sweep: bool = typer.Option(False, "--sweep", help="Find the knee: the concurrency past which throughput stops paying."),
-    sweep_max: int = typer.Option(128, "--sweep-max", min=1, help="Highest concurrency a --sweep may try."),
+    sweep_max: int = number_option(numbers.Concurrency, "--sweep-max", help="Highest concurrency a --sweep may try.", default=128),
     input_len: InputLen = CAPACITY_DEFAULTS.input_len,
     output_len: OutputLen = CAPACITY_DEFAULTS.output_len,
     num_prompts: BenchNumPrompts = None,
     dataset: Optional[Path] = typer.Option(None, "--dataset", help="JSONL file of prompts (field prompt/text/messages) instead of random ones."),
     api: str = typer.Option("completions", "--api", help="completions or chat."),
     slo: Optional[str] = typer.Option(None, "--slo", help="e.g. ttft_p95=0.5,itl_p95=0.05 (seconds; ms suffix allowed)."),
-    seed: int = typer.Option(0, "--seed", help="Seed for prompts and arrival times."),
-    warmup: int = typer.Option(2, "--warmup", min=0, help="Warm-up requests before measuring (excluded)."),
-    client_workers: Optional[int] = typer.Option(None, "--client-workers", min=1, help="Load-generator worker processes (default: automatic, one per 256 streams, more when a point saturates the client)."),
+    seed: int = number_option(numbers.Seed, "--seed", help="Seed for prompts and arrival times.", default=0),
+    warmup: int = number_option(numbers.CountOrZero, "--warmup", help="Warm-up requests before measuring (excluded).", default=2),
+    client_workers: Optional[int] = number_option(numbers.Concurrency, "--client-workers", default=None, help="Load-generator worker processes (default: automatic, one per 256 streams, more when a point saturates the client)."),
     capacity: bool = typer.Option(False, "--capacity", help="Search the highest load that meets --slo (capacity under the SLO) instead of fixed points."),
     capacity_profile: CapacityProfile = CAPACITY_DEFAULTS.profile,
     window_min: WindowMin = None,
@@ -111,7 +112,8 @@ def bench(
                              input_len=input_len, output_len=output_len, max_requests=num_prompts, seed=seed,
                              warmup=warmup, progress=not (json or quiet), extra=(concurrency, rate, sweep, dataset))
         return run_bench(
-            model_dir, concurrency=positive_list(concurrency, int, "--concurrency"), rate=positive_list(rate, float, "--rate"),
+            model_dir, concurrency=numbers.parse_list(concurrency, numbers.Concurrency, "--concurrency"),
+            rate=numbers.parse_list(rate, numbers.Rate, "--rate", "0.5,1,2"),
             sweep=sweep, sweep_max=sweep_max, input_len=input_len, output_len=output_len, num_prompts=num_prompts,
             url=url, config=serve.config(), port=port, slo=parse_slo(slo), seed=seed, warmup_requests=warmup,
             dataset=dataset, api=api, startup_timeout=startup_timeout, out_dir=results_dir,
@@ -247,7 +249,7 @@ def _print_run(run) -> None:
 def tune(
     model_dir: Path = typer.Argument(..., help="Checkpoint folder (or the built-in smollm2-135m)."),
     slo: Optional[str] = typer.Option(None, "--slo", help="The SLO whose capacity is maximized, e.g. ttft_p95=1,tpot_p95=0.1[,attainment=0.9]."),
-    budget: int = typer.Option(6, "--budget", help="vLLM servers to start in all (trials), the base configuration included; a second call continues the study."),
+    budget: int = number_option(numbers.Count, "--budget", default=6, help="vLLM servers to start in all (trials), the base configuration included; a second call continues the study."),
     space: Optional[list[str]] = typer.Option(None, "--space", help="Choices of one knob, NAME=V1,V2 (default = vLLM's default), e.g. max-num-seqs=16,64,default; NAME= drops it; repeatable."),
     knobs: Optional[str] = typer.Option(None, "--knobs", help="Only these knobs, comma-separated (e.g. max-num-seqs,max-num-batched-tokens)."),
     sampler: str = typer.Option("tpe", "--sampler", help="Optuna sampler: tpe, random or grid."),
@@ -260,7 +262,7 @@ def tune(
     input_len: InputLen = CAPACITY_DEFAULTS.input_len,
     output_len: OutputLen = CAPACITY_DEFAULTS.output_len,
     num_prompts: TuneNumPrompts = None,
-    seed: int = typer.Option(0, "--seed", help="Seed for prompts and the sampler."),
+    seed: int = number_option(numbers.Seed, "--seed", help="Seed for prompts and the sampler.", default=0),
     startup_timeout: StartupTimeout = 600.0,
     json: Json = False, quiet: Quiet = False,
     serve: ServingOptions = None,

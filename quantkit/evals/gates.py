@@ -21,6 +21,7 @@ from typing import Any, Iterator, Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field, model_validator
 
 from ..errors import GateFailed, GateInconclusive, UsageError
+from ..numbers import Count, Positive, Seed
 from . import paired
 from .paired import CONFIDENCE, Estimate, ratio_stderr
 from .results import EvalRun, TaskResult, protocol_mismatch
@@ -35,11 +36,11 @@ VERDICTS: tuple[str, ...] = ("pass", "fail", "inconclusive")
 class Gates(BaseModel):
     """Accuracy gates (the recipe's `gates:`). All are minimum recoveries (quantized / baseline)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    min_recovery: float | None = Field(None, gt=0, description="on the average over accuracy tasks")
-    min_task_recovery: float | None = Field(None, gt=0, description="on every task")
-    tasks: dict[str, float] = Field(default_factory=dict, description="per named task")
+    min_recovery: Positive | None = Field(None, description="on the average over accuracy tasks")
+    min_task_recovery: Positive | None = Field(None, description="on every task")
+    tasks: dict[str, Positive] = Field(default_factory=dict, description="per named task")
 
 
 class GrowSettings(BaseModel):
@@ -48,10 +49,10 @@ class GrowSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_items: int = Field(..., gt=0, description="cap on items per task (per subtask for a group)")
-    step: int | None = Field(None, gt=0, description="items per block (default: the task's limit)")
-    seed: int = Field(1234, description="seeds the order of the items beyond the first `limit`")
-    max_rounds: int = Field(3, gt=0, description="grow-and-recompare rounds at most")
+    max_items: Count = Field(..., description="cap on items per task (per subtask for a group)")
+    step: Count | None = Field(None, description="items per block (default: the task's limit)")
+    seed: Seed = Field(1234, description="seeds the order of the items beyond the first `limit`")
+    max_rounds: Count = Field(3, description="grow-and-recompare rounds at most")
 
 
 class TaskRecovery(BaseModel):

@@ -21,13 +21,13 @@ as an eval record:
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
+from ..safeload import read_json
 from ..files import atomic_write_json
 from ..secrets import mask_secrets
 
@@ -219,10 +219,8 @@ class EvalRun(BaseModel):
     @classmethod
     def read(cls, path: Path) -> "EvalRun":
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise UsageError(f"cannot read eval results {path}: {exc}") from None
+        data = read_json(path, "a quantkit eval results file", "give the JSON `quantkit eval` wrote", expect=dict,
+                         strict=True)
         if data.get("kind") != "quantkit.eval":
             raise UsageError(f"{path} is not a quantkit eval results file (kind={data.get('kind')!r})")
         if data.get("schema_version") != SCHEMA_VERSION:

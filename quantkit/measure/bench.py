@@ -52,6 +52,7 @@ from ..errors import BackendError, UsageError
 from ..files import atomic_write_json, unique_path
 from ..secrets import mask_secrets
 from ..machine import hardware, load_limits
+from ..numbers import Concurrency, Rate, Tokens, check
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
 from .gpu import open_gpus
@@ -147,12 +148,11 @@ def check_loads(concurrency: list[int] | None, rate: list[float] | None, sweep: 
     """The load points asked for, checked before anything starts (default concurrency 1,4,16)."""
     if sum(bool(x) for x in (concurrency, rate, sweep)) > 1:
         raise UsageError("give one of --concurrency, --rate, --sweep")
-    if output_len < 1:
-        raise UsageError("--output-len must be at least 1")
-    if any(c < 1 for c in concurrency or []):
-        raise UsageError("--concurrency values must be at least 1")
-    if any(r <= 0 for r in rate or []):
-        raise UsageError("--rate values must be positive")
+    check(Tokens, output_len, "--output-len")
+    for c in concurrency or []:
+        check(Concurrency, c, "--concurrency value")
+    for r in rate or []:  # at least MIN_RATE: a point at 1e-300 req/s never ends
+        check(Rate, r, "--rate value")
     if not concurrency and not rate and not sweep:
         return [1, 4, 16]
     return concurrency

@@ -33,6 +33,7 @@ from ..errors import BackendError, UsageError
 from ..files import atomic_write_json, unique_path
 from ..secrets import mask_secrets
 from ..machine import hardware
+from ..numbers import Count, CountOrZero, Rate, Seconds, Seed, Tokens
 from ..serve.server import Server, ServerInfo
 from .bench import checkpoint_info, measure_point, results_dir, stamp
 from .bounds import CapacityBound, classify_capacity
@@ -65,7 +66,7 @@ class CapacitySettings(BaseModel):
     points (`max_requests` caps every profile's); `duration_s` is left from the whole-point rate
     profile and no longer used."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
     # the fields stored run keys were made with (store.keyed): `span` came later, and a field added
     # after it joins a key only once set, so the stores written before it keep their keys (and resume)
@@ -75,17 +76,18 @@ class CapacitySettings(BaseModel):
 
     profile: profiles.Name = "poisson"
     tolerance: float = Field(0.10, gt=0, lt=4)
-    start: float = Field(1, gt=0)  # lowest load
-    max: float = Field(1024, gt=0)  # highest load
-    input_len: int = Field(128, ge=1)
-    output_len: int = Field(64, ge=1)
-    waves: float = Field(3.0, gt=0)  # burst: requests per point = waves x concurrency
-    duration_s: float = Field(20.0, gt=0)  # unused since steady-state windows (kept: stored settings name it)
-    min_requests: int = Field(16, ge=1)
-    max_requests: int | None = Field(None, ge=1)
-    seed: int = 0
-    warmup: int = Field(2, ge=0)
-    interval_s: float = Field(1.0, gt=0)  # /metrics scrape interval
+    # a load: streams, or requests/s (a Poisson rate at least numbers.MIN_RATE, whose points end)
+    start: Rate = 1  # lowest load
+    max: Rate = 1024  # highest load
+    input_len: Tokens = 128
+    output_len: Tokens = 64
+    waves: float = Field(3.0, gt=0, le=1000)  # burst: requests per point = waves x concurrency
+    duration_s: Seconds = 20.0  # unused since steady-state windows (kept: stored settings name it)
+    min_requests: Count = 16
+    max_requests: Count | None = None
+    seed: Seed = 0
+    warmup: CountOrZero = 2
+    interval_s: Seconds = 1.0  # /metrics scrape interval
     early_stop: bool = True
     window: WindowSettings | None = None
     # more SLOs (tier names of tiers.py, or SLO strings) the ladder should bracket as well: after the

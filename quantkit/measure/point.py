@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ..numbers import MAX_SECONDS, Count, Seconds
 from . import load_kinds
 
 SCHEMA_VERSION = 1
@@ -192,12 +193,12 @@ OVERLOADED = ("saturated", "stall")
 
 
 class WindowSettings(BaseModel):
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
-    warmup_s: float = Field(5.0, ge=0)
-    min_s: float = Field(10.0, gt=0)
-    max_s: float = Field(60.0, gt=0)
-    min_requests: int = Field(50, ge=1)
+    warmup_s: float = Field(5.0, ge=0, le=MAX_SECONDS)
+    min_s: Seconds = 10.0
+    max_s: Seconds = 60.0  # profiles.stretched raises it, never past MAX_SECONDS
+    min_requests: Count = 50
     confidence: float = Field(0.95, gt=0.5, lt=1)  # confidence.DEFAULT_CONFIDENCE
 
 

@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from ..numbers import MAX_SECONDS
 from .load_kinds import KINDS, LoadKind
 from .point import WindowSettings
 
@@ -121,11 +122,12 @@ PROFILES: dict[str, Profile] = {
 
 
 def stretched(window: WindowSettings, needed: int, per_s: float) -> WindowSettings:
-    """`window`, its cap raised so that `needed` requests (with a margin) fit in it at `per_s`."""
+    """`window`, its cap raised so that `needed` requests (with a margin) fit in it at `per_s`
+    (never past numbers.MAX_SECONDS: the stored window stays one WindowSettings accepts)."""
     span = STRETCH_MARGIN * needed / max(per_s, 1e-9)
     if span <= window.max_s:
         return window
-    return window.model_copy(update={"max_s": round(min(span, STRETCH_MAX * window.max_s), 1)})
+    return window.model_copy(update={"max_s": round(min(span, STRETCH_MAX * window.max_s, MAX_SECONDS), 1)})
 
 
 def canonical(name: str) -> str:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 from ..errors import UsageError, did_you_mean
+from ..numbers import MAX_SECONDS
 from .point import METRICS, STATS, Stats, percentile
 
 if TYPE_CHECKING:
@@ -165,8 +166,8 @@ def parse_slo(text: str | None) -> Slo | None:
         if not m:
             raise UsageError(f"bad --slo term '{item}': '{value.strip()}' is not a number of seconds; {_SLO_SYNTAX}")
         limit = float(m.group(1)) / (1000.0 if m.group(2) == "ms" else 1.0)
-        if limit <= 0:
-            raise UsageError(f"bad --slo term '{item}': the limit must be positive")
+        if not 0 < limit <= MAX_SECONDS:  # 1e999 reads as inf
+            raise UsageError(f"bad --slo term '{item}': the limit must be positive and at most {MAX_SECONDS:g} s")
         if key in seen:
             raise UsageError(f"bad --slo: '{key}' given twice")
         seen.add(key)

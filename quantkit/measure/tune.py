@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field
 
 from ..console import info, warn
 from ..errors import BackendError, QuantkitError, UsageError
+from ..numbers import Count, Seed
 from ..serve.config import ServeConfig, serve_command
 from .bounds import CapacityBound
 from .capacity import CapacityResult, CapacitySettings, run_capacity
@@ -44,13 +45,13 @@ SCHEMA_VERSION = 2
 class TuneSettings(BaseModel):
     """A run recipe's `tune:` (and `quantkit tune`'s options)."""
 
-    model_config = {"extra": "forbid"}
+    model_config = {"extra": "forbid", "allow_inf_nan": False}
 
-    budget: int = Field(6, ge=1)  # server starts (trials) in all, the base configuration included
+    budget: Count = 6  # server starts (trials) in all, the base configuration included
     space: dict[str, list[Any]] = Field(default_factory=dict)  # knob -> choices, merged over the default space
     knobs: list[str] | None = None  # only these knobs (None: every knob of the space)
     sampler: Literal["tpe", "random", "grid"] = "tpe"
-    seed: int = 0
+    seed: Seed = 0
     prune: bool = True
     probe_tolerance: float = Field(0.5, gt=0)
 

@@ -6,8 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from pydantic import ValidationError
+
 from ..errors import UsageError, did_you_mean
 from ..machine import cpu_isa, has_gpu
+from ..numbers import field_constraints, problem
 from ..serve.config import BOOL_KNOBS, KNOBS, ServeConfig
 from ..serve.hardware_fit import kv_cache_scheme
 
@@ -84,6 +87,8 @@ def check_knob(name: str) -> str:
 
 
 def _value(knob: str, value: Any) -> Any:
+    """A choice as written (`16`, `default`, `on`) -> the knob's value (None: vLLM's default),
+    refused here, with the knob's range, when ServeConfig would refuse it (a trial would fail)."""
     if isinstance(value, str) and value.strip().lower() in ("default", "none", "auto") and knob != "kv_cache_dtype":
         return None
     if knob == "kv_cache_dtype" and isinstance(value, str) and value.strip().lower() in ("default", "auto", "none"):
@@ -94,10 +99,19 @@ def _value(knob: str, value: Any) -> Any:
         text = value.strip()
         for cast in (int, float):
             try:
-                return cast(text)
+                return _checked(knob, cast(text))
             except ValueError:
                 pass
-        return text
+        return _checked(knob, text)
+    return _checked(knob, value)
+
+
+def _checked(knob: str, value: Any) -> Any:
+    try:
+        ServeConfig.__pydantic_validator__.validate_assignment(ServeConfig.model_construct(), knob, value)
+    except ValidationError as exc:
+        problem_ = problem(exc, field_constraints(ServeConfig.model_fields[knob]))
+        raise UsageError(f"bad tune choice {knob.replace('_', '-')}={value}: {problem_}") from None
     return value
 
 

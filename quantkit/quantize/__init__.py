@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import resource
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from .. import models, recipe as recipes, settings
 from ..console import info, library_output, step
 from ..errors import BackendError, UsageError
+from ..files import hidden_prefix, listed_while_here, output_folder, temp_folder
 from ..registry import BACKENDS
 from ..checkpoint import RECORD_FILE, ConvertRecord, SourceModel, check_causal_lm, dir_size
 from ..machine import hardware
@@ -81,9 +81,7 @@ def convert(
     source = SourceModel(ref=resolved.ref, kind=resolved.kind, path=str(resolved.path), fingerprint=resolved.fingerprint())
     backend = BACKENDS.load(chosen.backend)()
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with temp_folder(out) as tmp:  # listed in the ledger while it exists: doctor finds a killed one anywhere
         with library_output(f"{chosen.backend}: {chosen.method} of {resolved.ref}"):
             result = backend.quantize(resolved, chosen, tmp)
         peak_rss_mb = result.peak_rss_mb or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -112,9 +110,6 @@ def convert(
         record.wall_time_s = round(time.monotonic() - started, 2)
         record.write(tmp)
         _replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     info(f"wrote {out} ({record.size_bytes / 1e6:.1f} MB) in {record.wall_time_s:.1f} s")
     if verify:
         _verify(record, out)
@@ -150,6 +145,8 @@ def check_output(output: Path, source: Path, force: bool) -> Path:
             kind = "a file" if not out.is_dir() else f"a folder quantkit did not write (no {RECORD_FILE})"
             raise UsageError(f"output {out} is {kind}: --force replaces only a checkpoint quantkit wrote; "
                              "choose another -o, or move it away yourself")
+    if not out.exists():  # a name the filesystem takes, under a folder that can be made and written
+        output_folder(given, "-o")
     return given.absolute()
 
 
@@ -172,17 +169,18 @@ def _verify(record: ConvertRecord, out: Path) -> None:
 
 def _replace(tmp: Path, out: Path) -> None:
     """Move the finished checkpoint into place; an old one (with --force) goes only after that."""
-    old = None
-    if out.exists():
-        old = out.with_name(f".{out.name}.old-{os.getpid()}")
-        os.replace(out, old)
-    try:
+    if not out.exists():
         os.replace(tmp, out)
-    except BaseException:
-        if old is not None and not out.exists():
-            os.replace(old, out)  # the old checkpoint back: a failed replace loses nothing
-        raise
-    if old is not None:
+        return
+    old = out.with_name(f"{hidden_prefix(out.name)}old-{os.getpid()}")
+    with listed_while_here(old):  # a kill before it is removed leaves it where doctor finds it
+        os.replace(out, old)
+        try:
+            os.replace(tmp, out)
+        except BaseException:
+            if not out.exists():
+                os.replace(old, out)  # the old checkpoint back: a failed replace loses nothing
+            raise
         if old.is_dir() and not old.is_symlink():
             shutil.rmtree(old, ignore_errors=True)
         else:

@@ -12,7 +12,6 @@ Records with a `text` field (or the recipe's `text_field`) are used as plain tex
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from .. import settings
 from ..errors import UsageError
+from ..safeload import read_json
 from ..recipe import Calibration
 
 C4_OFFLINE = Path("c4") / "en_train_first1000.jsonl"
@@ -82,7 +82,7 @@ def _read_file(path: Path) -> list[Any]:
 
             return pq.read_table(path).to_pylist()
         if suffix == ".json":
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = read_json(path, "a calibration file", "give a list of texts or records")
             return data if isinstance(data, list) else [data]
         from ..files import read_jsonl
 

@@ -10,7 +10,6 @@ stored is written "missing".
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from ..measure.capacity import CapacityResult
 from ..measure.tune import TuneResult
 from ..methods import METHODS
 from ..models import BUILTIN_BASE, BUILTIN_PROVENANCE
+from ..errors import UsageError
+from ..safeload import read_config
 from ..serve.config import KNOBS, ServeConfig
 from ..serve.server import ServerInfo
 from ..store import Store
@@ -92,8 +93,8 @@ def base_model_of(convert: ConvertRecord | None, override: str | None = None) ->
 
 def _named_by_folder(folder: Path) -> str | None:
     try:
-        named = json.loads((folder / "config.json").read_text()).get("_name_or_path")
-    except (OSError, ValueError, AttributeError):
+        named = read_config(folder).get("_name_or_path")
+    except UsageError:  # no config, or a broken one: the folder's own name may still say
         named = None
     if isinstance(named, str) and HUB_ID.fullmatch(named) and not Path(named).expanduser().exists():
         return named

@@ -17,7 +17,6 @@ and names the others.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -27,6 +26,7 @@ from pydantic import BaseModel
 from .. import settings
 from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
+from ..safeload import read_json
 from ..files import is_path_name, resolved
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
@@ -390,8 +390,8 @@ def _read_convert_file(checkpoint: Path) -> ConvertRecord | None:
     if not path.is_file():
         return None
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+        data = read_json(path)
+    except UsageError:  # a damaged record file: the store's record (if any) stands
         return None
     return records.read(ConvertRecord, data) if isinstance(data, dict) and data.get("kind") == result_kind("convert") else None
 

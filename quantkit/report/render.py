@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..safeload import read_json
 from ..files import atomic_write_bytes
 from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
 from .decision import CapacityCell, Decision, from_proxy
@@ -502,7 +503,7 @@ def write_report(report: Report, out_dir: Path) -> dict[str, Path]:
 
 def read_report(path: Path) -> Report:
     """A report.json back into a Report (schema_version checked)."""
-    data = json.loads(Path(path).read_text())
+    data = read_json(path, "a quantkit report.json", "give the report.json `quantkit compare` wrote", expect=dict)
     if data.get("schema_version") != SCHEMA_VERSION:
         raise UsageError(f"{path} has report schema_version {data.get('schema_version')}, this quantkit reads {SCHEMA_VERSION}")
     return Report.model_validate(data)

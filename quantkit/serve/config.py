@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_serializer, field_valid
 from ..errors import UsageError
 # what a secret is and how it is masked: secrets.py (its names stay importable from here)
 from ..secrets import MASK, is_secret, mask_args, mask_flags, mask_secrets, mask_text  # noqa: F401
+from ..numbers import Concurrency, Count, Tokens, base_type
 
 DTYPES = ("auto", "bfloat16", "float16", "half", "float32", "float")  # vLLM's --dtype choices
 
@@ -35,7 +36,7 @@ class ServeConfig(BaseModel):
 
     # recipe keys may be spelled as the flags are (`max-num-seqs`) or as the fields (`max_num_seqs`)
     model_config = ConfigDict(extra="forbid", alias_generator=lambda name: name.replace("_", "-"),
-                              validate_by_name=True, validate_by_alias=True)
+                              validate_by_name=True, validate_by_alias=True, allow_inf_nan=False)
 
     # the fields stored run keys were made with: a field added after them joins a key only once set
     # (store.keyed), so that adding a knob does not make every stored measurement run again
@@ -47,20 +48,20 @@ class ServeConfig(BaseModel):
     # every field but `extra` is a knob; its description is its flag's help text (cli/options.py)
     quantization: str | None = Field(None, description="vLLM --quantization (default: vLLM detects it from the checkpoint).")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1, description="Fraction of GPU memory vLLM may use (GPU only).")
-    max_num_seqs: int | None = Field(None, ge=1, description="Most sequences per scheduler step.")
-    max_num_batched_tokens: int | None = Field(None, ge=1, description="Most tokens per scheduler step.")
-    block_size: int | None = Field(None, ge=1, description="KV-cache block size in tokens.")
+    max_num_seqs: Concurrency | None = Field(None, description="Most sequences per scheduler step.")
+    max_num_batched_tokens: Tokens | None = Field(None, description="Most tokens per scheduler step.")
+    block_size: Tokens | None = Field(None, description="KV-cache block size in tokens.")
     # tri-state: None = vLLM's default
     enable_chunked_prefill: bool | None = Field(None, description="Chunked prefill (default: vLLM's).")
     # vLLM's default is the model's (8192 here): KV-cache hungry on CPU
-    max_model_len: int | None = Field(2048, ge=1, description="Context length the server accepts.")
+    max_model_len: Tokens | None = Field(2048, description="Context length the server accepts.")
     kv_cache_dtype: str | None = Field(None, description="KV-cache dtype (auto, fp8, ...).")
     # None: quantkit picks on a CPU (serve/hardware_fit.py: bf16 only where the CPU computes it natively)
     dtype: str | None = Field(None, description="vLLM --dtype of activations and unquantized weights (auto, bfloat16, "
                               "float16, float32; default on a CPU: bfloat16 where it computes bf16 natively, "
                               "float32 elsewhere; on a GPU: vLLM's).")
-    tensor_parallel_size: int | None = Field(None, ge=1, description="Tensor-parallel GPUs.")
-    pipeline_parallel_size: int | None = Field(None, ge=1, description="Pipeline-parallel stages.")
+    tensor_parallel_size: Count | None = Field(None, description="Tensor-parallel GPUs.")
+    pipeline_parallel_size: Count | None = Field(None, description="Pipeline-parallel stages.")
     distributed_executor_backend: str | None = Field(None, description="mp, ray (multi-node), uni.")
     load_format: str | None = Field(None, description="vLLM --load-format (dummy: random weights, for speed work).")
     enforce_eager: bool = Field(False, description="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")
@@ -148,9 +149,8 @@ class ServeConfig(BaseModel):
 
 
 def knob_type(name: str) -> Any:
-    """The knob's value type without None (`max_num_seqs`: int)."""
-    kind = ServeConfig.model_fields[name].annotation
-    return next((a for a in getattr(kind, "__args__", ()) if a is not type(None)), kind)
+    """The knob's value type without None or its bounds (`max_num_seqs`: int)."""
+    return base_type(ServeConfig.model_fields[name].annotation)
 
 
 KNOBS: list[str] = [name for name in ServeConfig.model_fields if name != "extra"]  # in field order: the flags' order

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from ..safeload import read_config
 
 # vLLM's override list starts with `humming` when the user asks for it, for any quantized checkpoint.
 _ANY_QUANTIZED = ("humming",)
@@ -49,10 +50,9 @@ _CHECKPOINT_ONLY = {"compressed-tensors", "gptq", "gptq_marlin", "auto_gptq", "m
 
 def quantization_config(model_dir: Path) -> dict | None:
     """config.json's `quantization_config`, or None (no file, unreadable, or not quantized)."""
-    config_file = Path(model_dir) / "config.json"
     try:
-        qc = json.loads(config_file.read_text()).get("quantization_config")
-    except (OSError, ValueError, AttributeError):
+        qc = read_config(model_dir).get("quantization_config")
+    except UsageError:  # the checks that need a config (checkpoint.validate) name what is wrong
         return None
     return qc if isinstance(qc, dict) else None
 

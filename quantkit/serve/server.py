@@ -37,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable
@@ -394,6 +395,7 @@ class RemoteServer:
         url = url.strip().rstrip("/")
         if not re.match(r"^https?://", url):
             raise UsageError(f"--url {url} must start with http:// or https://")
+        check_port(url)
         if url.endswith("/v1"):
             url = url[: -len("/v1")]
         self.url = url
@@ -445,6 +447,19 @@ class RemoteServer:
 
     def stop(self) -> None:
         pass
+
+
+def check_port(url: str) -> None:
+    """A URL's port, when it names one, is 1-65535: `:99999`, `:0` or `:http` is one usage line
+    (exit 2) here, not a connection error or a raw ValueError later."""
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if port is not None and not 1 <= port <= 65535:  # the port as written, never the URL's credentials
+        written = parts.netloc.rpartition("@")[2].rpartition(":")[2]
+        raise UsageError(f"--url names port '{written}': a port is a number from 1 to 65535; give e.g. http://HOST:8000")
 
 
 def serve_forever(server: VLLMServer, on_ready: Callable[[VLLMServer], None] | None = None) -> ServerInfo:

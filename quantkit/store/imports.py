@@ -12,7 +12,6 @@ importing the same file twice is a no-op (the run key is the file's content hash
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 import uuid
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from pydantic import BaseModel
 from ..checkpoint import CheckpointInfo, describe, fingerprint, method_of
 from ..errors import UsageError
 from ..files import PLAIN_NAME_RULE, is_plain_name
+from ..safeload import loads_json
 from .db import Store, run_key
 from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS, stage_kind
 from .protocol import StageHandle
@@ -35,10 +35,8 @@ def _load(path: Path) -> tuple[str, dict[str, Any], bytes]:
     raw = path.read_bytes()
     if not raw.strip():
         raise UsageError(f"{path} is empty (the run that should have written it failed?)")
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"{path} is not JSON ({exc.msg} at line {exc.lineno}); give a bench or eval result file") from None
+    # bad JSON, a NaN (not JSON), or nesting no result has: one line, before anything walks it
+    data = loads_json(raw, str(path), "a quantkit result file", "give a bench or eval result file", strict=True)
     kind = IMPORTABLE_RESULTS.get(data.get("kind") if isinstance(data, dict) else None)
     if kind is None:
         raise UsageError(f"{path} is not a quantkit bench, eval or capacity result "

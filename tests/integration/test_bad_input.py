@@ -52,6 +52,11 @@ def world(smollm2_dir, tmp_path_factory):
         data = (folder / "model.safetensors").read_bytes()
         (folder / "model.safetensors").write_bytes(data[: len(data) // 3])
 
+    def deep500(folder: Path) -> None:  # parses, then exhausts the stack of whatever walks it (vLLM, transformers)
+        config = json.loads((folder / "config.json").read_text())
+        config["x"] = json.loads("[" * 500 + "]" * 500)
+        (folder / "config.json").write_text(json.dumps(config))
+
     def arch(folder: Path) -> None:
         config = json.loads((folder / "config.json").read_text())
         config["architectures"] = ["NoSuchForCausalLM"]
@@ -67,7 +72,11 @@ def world(smollm2_dir, tmp_path_factory):
         "nonempty": broken("nonempty", lambda f: None),
         "deepconfig": broken("deepconfig", lambda f: (f / "config.json").write_text("[" * 100_000 + "]" * 100_000)),
         "listconfig": broken("listconfig", lambda f: (f / "config.json").write_text('["LlamaForCausalLM"]')),
+        "deep500config": broken("deep500config", deep500),
     }
+    (root / "a-file").write_text("not a folder")
+    (root / "a-folder").mkdir()
+    (root / "deep-import.json").write_text("[" * 100_000 + "]" * 100_000)
     (root / "prompts-bad.jsonl").write_text('{"prompt": "hi"}\nnot json\n')
     (root / "notjson.json").write_text("{ nope")
     (root / "method.yaml").write_text((REPO / "recipes" / "gptq.yaml").read_text())
@@ -82,6 +91,9 @@ def world(smollm2_dir, tmp_path_factory):
     (root / "bomb-method.yaml").write_text("name: b\nmethod: gptq\nscheme: W4A16\noptions:\n"
                                            + "".join("  " + line + "\n" for line in _alias_bomb(9).splitlines()))
     (root / "recursive.yaml").write_text(run + "serve: &s {extra: [*s]}\n")
+    for name, bench in (("bench-c0", "{concurrency: [0]}"), ("bench-in0", "{input_len: 0}"),
+                        ("bench-out-1", "{output_len: -1}"), ("bench-empty", "{concurrency: []}")):
+        (root / f"{name}.yaml").write_text(run + f"bench: {bench}\n")
     not_exec = root / "not-executable"
     not_exec.write_text("#!/bin/sh\n")
     # the vLLM environment's architecture list, asked once (seconds) and cached in the home
@@ -125,10 +137,10 @@ CASES = [
     ("convert-unknown-backend", ["convert", W("model"), "--method", "gptq", "--backend", "gptqmodl"], 2, ["unknown backend", "did you mean 'gptqmodel'"], {}),
     # bench: numbers, paths, checkpoints, environments
     ("bench-empty-item", ["bench", W("model"), "-c", "1,,4"], 2, ["--concurrency", "1,4,16"], {}),
-    ("bench-zero-concurrency", ["bench", W("model"), "-c", "0"], 2, ["positive"], {}),
+    ("bench-zero-concurrency", ["bench", W("model"), "-c", "0"], 2, ["--concurrency", "greater than or equal to 1"], {}),
     ("bench-zero-prompts", ["bench", W("model"), "-n", "0"], 2, ["--num-prompts", "greater than or equal to 1"], {}),
     ("bench-port-range", ["bench", W("model"), "--port", "99999"], 2, ["--port", "65535"], {}),
-    ("bench-negative-rate", ["bench", W("model"), "--rate", "-1"], 2, ["--rate", "positive"], {}),
+    ("bench-negative-rate", ["bench", W("model"), "--rate", "-1"], 2, ["--rate", "greater than or equal to 0.1"], {}),
     ("bench-two-profiles", ["bench", W("model"), "-c", "1", "--rate", "2"], 2, ["one of --concurrency"], {}),
     ("bench-api", ["bench", W("model"), "--api", "grpc"], 2, ["--api", "completions or chat"], {}),
     ("bench-slo-syntax", ["bench", W("model"), "--slo", "ttft=1"], 2, ["--slo", "ttft_p95=0.5"], {}),
@@ -146,10 +158,18 @@ CASES = [
     ("bench-vllm-without-vllm", ["bench", W("model"), "-c", "1"], 1, ["has no vLLM", "QUANTKIT_VLLM"], {"QUANTKIT_VLLM": sys.executable}),
     ("bench-vllm-not-executable", ["bench", W("model"), "-c", "1"], 1, ["not an executable", "QUANTKIT_VLLM"], {"QUANTKIT_VLLM": W("not_exec")}),
     ("bench-dataset-missing", ["bench", W("model"), "--dataset", "/nonexistent/p.jsonl"], 2, ["does not exist"], {}),
-    ("bench-dataset-bad-line", ["bench", W("model"), "--dataset", W("root", "prompts-bad.jsonl")], 2, ["prompts-bad.jsonl:2", "not JSON"], {}),
+    ("bench-dataset-bad-line", ["bench", W("model"), "--dataset", W("root", "prompts-bad.jsonl")], 2, ["prompts-bad.jsonl:2 is not valid JSON"], {}),
     ("bench-unwritable-results", ["bench", W("model"), "-c", "1", "--results-dir", "/proc/quantkit"], 2, ["cannot write results to /proc/quantkit", "--results-dir"], {}),
     ("bench-bad-serve-arg", ["bench", W("model"), "--serve-arg", "port=1"], 2, ["set by quantkit itself"], {}),
     ("bench-bad-knob", ["bench", W("model"), "--gpu-memory-utilization", "1.5"], 2, ["gpu-memory-utilization"], {}),
+    # numbers (issue 39): not finite, too small to end, too big to hold; the unit tests take every spelling
+    ("bench-rate-nan", ["bench", W("model"), "--rate", "nan"], 2, ["--rate value 'nan'", "finite number"], {}),
+    ("bench-rate-inf", ["bench", W("model"), "--rate", "inf"], 2, ["--rate value 'inf'", "finite number"], {}),
+    ("bench-rate-tiny", ["bench", W("model"), "--rate", "1e-300"], 2, ["--rate value '1e-300'", "greater than or equal to 0.1"], {}),
+    ("bench-concurrency-20-digits", ["bench", W("model"), "-c", "12345678901234567890"], 2, ["--concurrency", "less than or equal to 100000"], {}),
+    ("bench-url-port", ["bench", W("model"), "--url", "http://127.0.0.1:99999", "-c", "1"], 2, ["port '99999'", "1 to 65535"], {}),
+    ("bench-deep500-config", ["bench", W("deep500config"), "-c", "1"], 2, ["deep500config/config.json", "nests deeper than 64 levels"], {}),
+    ("serve-deep500-config", ["serve", W("deep500config")], 2, ["deep500config/config.json", "nests deeper than 64 levels"], {}),
     # serve
     ("serve-missing-dir", ["serve", "/nonexistent/dir"], 2, ["does not exist"], {}),
     ("serve-truncated", ["serve", W("truncated")], 2, ["truncated or damaged"], {}),
@@ -157,6 +177,7 @@ CASES = [
     # tune
     ("tune-missing-dir", ["tune", "/nonexistent/dir"], 2, ["does not exist"], {}),
     ("tune-bad-slo", ["tune", W("model"), "--slo", "latency=1"], 2, ["--slo"], {}),
+    ("tune-space-negative", ["tune", W("model"), "--slo", "ttft_p95=1", "--space", "max-num-seqs=-1,0"], 2, ["bad tune choice max-num-seqs=-1"], {}),
     # eval
     ("eval-task-typo", ["eval", W("model"), "--tasks", "arc_esy"], 2, ["unknown task 'arc_esy'", "did you mean 'arc_easy'"], {}),
     ("eval-limit", ["eval", W("model"), "--tasks", "arc_easy", "--limit", "0"], 2, ["--limit"], {}),
@@ -181,11 +202,22 @@ CASES = [
     ("run-missing", ["run", "/nonexistent/run.yaml"], 2, ["does not exist"], {}),
     ("run-alias-bomb", ["run", W("root", "bomb.yaml")], 2, ["bomb.yaml:9:", "alias bomb"], {}),
     ("run-recursive-alias", ["run", W("root", "recursive.yaml")], 2, ["recursive.yaml:4:", "recursive alias"], {}),
+    ("run-bench-concurrency-0", ["run", W("root", "bench-c0.yaml")], 2, ["bench-c0.yaml:4: bench.concurrency.0"], {}),
+    ("run-bench-input-len-0", ["run", W("root", "bench-in0.yaml")], 2, ["bench-in0.yaml:4: bench.input_len"], {}),
+    ("run-bench-output-len-negative", ["run", W("root", "bench-out-1.yaml")], 2, ["bench-out-1.yaml:4: bench.output_len"], {}),
+    ("run-bench-concurrency-empty", ["run", W("root", "bench-empty.yaml")], 2, ["bench-empty.yaml:4: bench.concurrency", "bench: null"], {}),
     # the store and what reads it
     ("compare-unknown-model", ["compare", "--model", "nope"], 2, ["nothing stored for model 'nope'"], {}),
     ("runs-show-unknown", ["runs", "show", "ffffffffff"], 2, ["no run with key"], {}),
     ("runs-rm-short", ["runs", "rm", "ab"], 2, ["at least 4 characters"], {}),
-    ("runs-import-not-json", ["runs", "import", W("root", "notjson.json")], 2, ["is not JSON"], {}),
+    ("runs-import-not-json", ["runs", "import", W("root", "notjson.json")], 2, ["is not valid JSON"], {}),
+    ("runs-import-deep", ["runs", "import", W("root", "deep-import.json")], 2, ["deep-import.json is not a quantkit result file", "nests deeper"], {}),
+    ("compare-min-recovery-nan", ["compare", "--model", "smollm2-135m", "--min-recovery", "nan"], 2, ["--min-recovery", "finite number"], {}),
+    ("compare-bandwidth-nan", ["compare", "--model", "smollm2-135m", "--bandwidth-gbs", "nan"], 2, ["--bandwidth-gbs", "finite number"], {}),
+    ("compare-bandwidth-negative", ["compare", "--model", "smollm2-135m", "--bandwidth-gbs", "-5"], 2, ["--bandwidth-gbs", "greater than 0"], {}),
+    ("compare-output-file", ["compare", "--model", "smollm2-135m", "-o", W("root", "a-file")], 2, ["--output", "is a file, not a folder"], {}),
+    ("card-gate-nan", ["card", W("model"), "--gate", "task=nan"], 2, ["--gate", "finite number"], {}),
+    ("card-output-folder", ["card", W("model"), "-o", W("root", "a-folder")], 2, ["--output", "is a folder, not a file"], {}),
     ("push-bad-repo", ["push", W("model"), "--repo", "no-slash"], 2, ["ORG/NAME"], {}),
     ("push-missing-dir", ["push", "/nonexistent/dir", "--repo", "a/b"], 2, ["is not a folder"], {}),
     ("push-repo-double-dash", ["push", W("model"), "--repo", "org/name--x"], 2, ["'org/name--x' is not a valid Hub repository id", "ORG/NAME"], {}),

@@ -166,6 +166,45 @@ def test_interrupted_convert_leaves_no_output(tiny_llama_dir, tmp_path):
     assert list(tmp_path.iterdir()) == []  # no temporary sibling either
 
 
+def test_a_long_valid_output_name_converts(tiny_llama_dir, tmp_path):
+    """Its temporary sibling `.NAME.tmp-*` once went past the filesystem's 255 bytes (issue 39)."""
+    out = tmp_path / ("m" * 250)
+    record = convert(str(tiny_llama_dir), "w4a16-rtn", out)
+    assert ConvertRecord.read(out) == record
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]  # no temporary sibling left
+
+
+def test_a_convert_killed_outside_the_models_folder_is_named_by_doctor_and_models_ls(tiny_llama_dir, tmp_path,
+                                                                                      monkeypatch):
+    """SIGKILL leaves a convert's temporary folder beside its -o, wherever that is: the home's
+    ledger of temporary paths names it, so `models ls` and `doctor` find it (issue 39)."""
+    from quantkit import doctor
+
+    env = {**os.environ, "QUANTKIT_HOME": str(tmp_path / "home"), "QUANTKIT_MODELS_DIR": str(tmp_path / "models"),
+           "NO_COLOR": "1", "COLUMNS": "400"}
+    elsewhere = tmp_path / "elsewhere"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "quantkit", "convert", str(tiny_llama_dir), "--method", "gptq", "-o",
+         str(elsewhere / "gptq"), "--num-samples", "16", "--seq-len", "256"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (elsewhere.is_dir() and list(elsewhere.glob(".gptq.tmp-*"))):
+        time.sleep(0.2)
+    time.sleep(2)  # inside the quantizer now
+    proc.kill()
+    proc.wait(timeout=60)
+    [left] = list(elsewhere.glob(".gptq.tmp-*"))
+    ls = subprocess.run([sys.executable, "-m", "quantkit", "models", "ls", "--json"], capture_output=True, text=True,
+                        env=env, timeout=120)
+    assert ls.returncode == 0, ls.stderr
+    said = " ".join(ls.stderr.split())
+    assert "left-over temporary" in said and f"rm -rf {left}" in said, said
+    for name in ("QUANTKIT_HOME", "QUANTKIT_MODELS_DIR"):
+        monkeypatch.setenv(name, env[name])
+    status, detail = doctor._leftovers()
+    assert status == "warn" and str(left) in detail
+
+
 def test_force_replaces_a_finished_checkpoint(tiny_llama_dir, tmp_path):
     out = tmp_path / "rtn"
     first = convert(str(tiny_llama_dir), "w4a16-rtn", out)

@@ -19,6 +19,7 @@ from quantkit.cli.eval import parse_gates
 from quantkit.errors import UsageError, validation_as_usage_error
 from quantkit.measure.capacity import CapacitySettings
 from quantkit.measure.point import WindowSettings
+from quantkit.numbers import base_type, field_constraints
 
 MISSING = "/nonexistent/quantkit-model"
 # both commands reach the capacity settings with these (bench only searches with --capacity)
@@ -62,11 +63,10 @@ def model_accepts(model: type[BaseModel], field: str, value) -> bool:
 @pytest.mark.parametrize("alias, model, field", ALIASES, ids=[f for _, _, f in ALIASES])
 def test_every_option_accepts_exactly_what_its_settings_field_accepts(alias, model, field):
     check = check_of(alias)
-    annotation = model.model_fields[field].annotation
-    is_int = int in (annotation, *typing.get_args(annotation))
+    is_int = base_type(model.model_fields[field].annotation) is int
     near = [1, 0.5] if not is_int else [1]
-    values = {-1, 0, 0.001, 0.5, 0.51, 0.999, 1, 3.99, 4, 1024, math.inf, math.nan}
-    for constraint in model.model_fields[field].metadata:
+    values = {-1, 0, 0.001, 0.5, 0.51, 0.999, 1, 3.99, 4, 1024, 1e300, 10**20, math.inf, math.nan}
+    for constraint in field_constraints(model.model_fields[field]):
         for bound in (getattr(constraint, a, None) for a in ("gt", "ge", "lt", "le")):
             if bound is not None:
                 values |= {bound, *(bound + d for d in near), *(bound - d for d in near)}
@@ -92,9 +92,11 @@ def test_the_profile_option_takes_the_models_names_and_its_old_alias():
 
 def test_help_states_the_models_range():
     assert opts.allowed_range(CapacitySettings, "tolerance") == ("0<x<4", "greater than 0 and less than 4")
-    assert opts.allowed_range(CapacitySettings, "input_len") == ("x>=1", "greater than or equal to 1")
+    assert opts.allowed_range(CapacitySettings, "input_len") == (
+        "1<=x<=16777216", "greater than or equal to 1 and less than or equal to 16777216")
+    assert opts.allowed_range(CapacitySettings, "max_requests")[0] == "1<=x<=1000000"  # inside `Count | None`
     assert opts.allowed_range(WindowSettings, "confidence") == ("0.5<x<1", "greater than 0.5 and less than 1")
-    assert opts.allowed_range(CapacitySettings, "seed") == ("", "")
+    assert opts.allowed_range(CapacitySettings, "profile") == ("", "")
     assert typing.get_args(opts.Tolerance)[1].help.endswith("[0<x<4]")
 
 
@@ -110,7 +112,7 @@ def test_bench_and_tune_accept_the_same_tolerances(value):
 @pytest.mark.parametrize("args, words", [
     (["--tolerance", "4"], ["--tolerance", "greater than 0 and less than 4", "not 4"]),
     (["--tolerance", "0"], ["--tolerance", "greater than 0 and less than 4", "not 0"]),
-    (["--capacity-start", "0"], ["--capacity-start", "greater than 0"]),
+    (["--capacity-start", "0"], ["--capacity-start", "greater than or equal to 0.1"]),
     (["--waves", "-1"], ["--waves", "greater than 0"]),
     (["-n", "0"], ["--num-prompts", "greater than or equal to 1"]),
     (["--capacity-profile", "steady"], ["--capacity-profile", "'poisson', 'concurrency' or 'burst'", "not 'steady'"]),

@@ -328,3 +328,355 @@ def test_calibration_flags_on_a_calibrated_method_pass_the_check():
     _refuse_calibration_flags("gptq", None, {"--num-samples": 8})
     _refuse_calibration_flags("fp8", None, {"--num-samples": None})
     _refuse_calibration_flags("fp8", "gptq", {"--num-samples": 8})  # the contradiction is plan()'s to report
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Numbers (issue 39): every door refuses every spelling of a bad number, one line, exit 2,
+#    before anything starts: typed options, comma lists, --slo / --space / --gate terms
+
+
+NOT_FINITE = ["nan", "NaN", "-nan", "inf", "-inf", "Infinity", "1e309", "-1e309"]
+NOT_POSITIVE = ["0", "-1", "-5", "-0.0"]
+HUGE = ["99999999999999999999", "18446744073709551616", "9223372036854775808"]
+NOT_WHOLE = ["nan", "inf", "1.5", "1e3"]
+MISSING = "/nonexistent/quantkit-model"
+SLO = ["--slo", "ttft_p95=1"]
+
+# door, the command line with {} for the value, the words the refusal must hold, the spellings
+DOORS = [
+    ("bench --rate", ["bench", MISSING, "--rate", "{}"], ["--rate"], NOT_FINITE + NOT_POSITIVE + ["1e-300", "0.05", "1e300"]),
+    ("bench --rate list", ["bench", MISSING, "--rate", "1,{}"], ["--rate"], NOT_FINITE + ["1e-300"]),
+    ("bench -c", ["bench", MISSING, "-c", "{}"], ["--concurrency"], ["0", "-1"] + HUGE + NOT_WHOLE),
+    ("bench -c list", ["bench", MISSING, "-c", "1,4,{}"], ["--concurrency"], ["0"] + HUGE),
+    ("bench --sweep-max", ["bench", MISSING, "--sweep", "--sweep-max", "{}"], ["--sweep-max"], ["0"] + HUGE),
+    ("bench -n", ["bench", MISSING, "-c", "1", "-n", "{}"], ["--num-prompts"], ["0"] + HUGE),
+    ("bench --seed", ["bench", MISSING, "--seed", "{}"], ["--seed"], ["-1"] + HUGE),
+    ("bench --warmup", ["bench", MISSING, "--warmup", "{}"], ["--warmup"], ["-1"] + HUGE),
+    ("bench --client-workers", ["bench", MISSING, "--client-workers", "{}"], ["--client-workers"], ["0"] + HUGE),
+    ("bench --startup-timeout", ["bench", MISSING, "--startup-timeout", "{}"], ["--startup-timeout"], NOT_FINITE + NOT_POSITIVE),
+    ("bench --input-len", ["bench", MISSING, "--input-len", "{}"], ["--input-len"], ["0", "-1"] + HUGE),
+    ("bench --capacity-max", ["bench", MISSING, "--capacity", *SLO, "--capacity-max", "{}"], ["--capacity-max"],
+     NOT_FINITE + NOT_POSITIVE + ["1e-300"]),
+    ("bench --capacity-start", ["bench", MISSING, "--capacity", *SLO, "--capacity-start", "{}"], ["--capacity-start"],
+     NOT_FINITE + ["1e-300"]),
+    ("bench --waves", ["bench", MISSING, "--capacity", *SLO, "--waves", "{}"], ["--waves"], NOT_FINITE + ["1e300"]),
+    ("bench --window-max", ["bench", MISSING, "--capacity", *SLO, "--window-max", "{}"], ["--window-max"], NOT_FINITE + ["1e300"]),
+    ("bench --slo", ["bench", MISSING, "--slo", "ttft_p95={}"], ["--slo"], ["1e999", "1e400ms", "nan", "inf", "0", "-1"]),
+    ("tune --budget", ["tune", MISSING, *SLO, "--budget", "{}"], ["--budget"], ["0", "-1"] + HUGE),
+    ("tune --space int", ["tune", MISSING, *SLO, "--space", "max-num-seqs=8,{}"], ["max-num-seqs="], ["-1", "0"] + NOT_FINITE + HUGE),
+    ("tune --space float", ["tune", MISSING, *SLO, "--space", "gpu-memory-utilization=0.5,{}"], ["gpu-memory-utilization="],
+     NOT_FINITE + NOT_POSITIVE),
+    ("tune --space tokens", ["tune", MISSING, *SLO, "--space", "max-model-len={}"], ["max-model-len="], ["0"] + HUGE),
+    ("eval --limit", ["eval", MISSING, "--tasks", "arc_easy", "--limit", "{}"], ["--limit"], ["0"] + HUGE),
+    ("eval --max-gen-toks", ["eval", MISSING, "--tasks", "arc_easy", "--max-gen-toks", "{}"], ["--max-gen-toks"], ["0"] + HUGE),
+    ("eval --gate", ["eval", MISSING, "--tasks", "arc_easy", "--gate", "arc_easy={}"], ["--gate"], NOT_FINITE + ["-1"]),
+    ("compare --min-recovery", ["compare", "--model", "m", "--min-recovery", "{}"], ["--min-recovery"], NOT_FINITE + ["-1"]),
+    ("compare --bandwidth-gbs", ["compare", "--model", "m", "--bandwidth-gbs", "{}"], ["--bandwidth-gbs"], NOT_FINITE + NOT_POSITIVE),
+    ("compare --price-per-hour", ["compare", "--model", "m", "--price-per-hour", "{}"], ["--price-per-hour"], NOT_FINITE + NOT_POSITIVE),
+    ("card --gate", ["card", MISSING, "--gate", "task={}"], ["--gate"], NOT_FINITE + ["-1", "0"]),
+    ("card --min-task-recovery", ["card", MISSING, "--min-task-recovery", "{}"], ["--min-task-recovery"], NOT_FINITE + ["-1"]),
+    ("push --min-recovery", ["push", MISSING, "--repo", "org/name", "--min-recovery", "{}"], ["--min-recovery"], NOT_FINITE + ["-1"]),
+    ("doctor -c", ["doctor", "-c", "{}"], ["--concurrency"], ["0"] + HUGE),
+    ("convert --num-samples", ["convert", MISSING, "--method", "gptq", "--num-samples", "{}"], ["num_samples"], ["0"] + HUGE),
+    ("convert --seq-len", ["convert", MISSING, "--method", "gptq", "--seq-len", "{}"], ["seq"], ["0"] + HUGE),
+]
+NUMBER_CASES = [pytest.param(args, words, value, id=f"{door}={value}") for door, args, words, values in DOORS for value in values]
+
+
+def _main(args: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
+    """quantkit's console script in this process: its parser, its one-line errors, its exit code
+    (the subprocess tests of tests/integration/test_bad_input.py run it as users do)."""
+    import signal
+    import sys
+
+    from quantkit.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["quantkit", *args])
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(SystemExit) as end:
+            main()
+    finally:
+        for s, handler in handlers.items():  # main() installs its own
+            signal.signal(s, handler)
+    out = capsys.readouterr()
+    return end.value.code, out.out, out.err
+
+
+def _the_error_line(err: str) -> str:
+    assert "Traceback" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and err.strip().splitlines()[-1] == errors[0], err
+    return errors[0]
+
+
+@pytest.mark.parametrize("args, words, value", NUMBER_CASES)
+def test_every_door_refuses_every_spelling_of_a_bad_number(tmp_path, monkeypatch, capsys, args, words, value):
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    code, _, err = _main([a.replace("{}", value) for a in args], capsys, monkeypatch)
+    line = _the_error_line(err)
+    assert code == 2, line
+    assert all(w in line for w in words), (words, line)
+    assert "does not exist" not in line and "nothing stored" not in line  # refused before any other check
+
+
+@pytest.mark.parametrize("args", [
+    ["bench", MISSING, "--rate", "0.1,2.5,100000"], ["bench", MISSING, "-c", "1,100000"],
+    ["bench", MISSING, "--seed", "4294967295"], ["tune", MISSING, *SLO, "--space", "max-num-seqs=8,default"],
+    ["bench", MISSING, "--slo", "ttft_p95=250ms,tpot_p95=86400"], ["card", MISSING, "--gate", "arc_easy=0.95"],
+])
+def test_the_edges_of_each_range_are_accepted(tmp_path, monkeypatch, capsys, args):
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    code, _, err = _main(args, capsys, monkeypatch)
+    line = _the_error_line(err)
+    assert code == 2 and any(w in line for w in ("does not exist", "is not a folder")), line  # past the numbers
+
+
+def test_a_minimal_rate_is_a_documented_floor():
+    from quantkit import numbers
+
+    assert numbers.MIN_RATE == 0.1 and "0.1 req/s" in (Path(__file__).parents[2] / "README.md").read_text()
+    with pytest.raises(UsageError, match=r"^bad --rate value '1e-300': Input should be greater than or equal to 0.1"):
+        numbers.parse_list("2,1e-300", numbers.Rate, "--rate")
+    assert numbers.parse_list("0.1, 2", numbers.Rate, "--rate") == [0.1, 2.0]
+
+
+# Recipe fields: the same kinds, file:line, before any server starts (not after vLLM started)
+RECIPE_FIELDS = [
+    ("bench: {{concurrency: [{}]}}", ["0", "-1", ".nan", "99999999999999999999"]),
+    ("bench: {{input_len: {}}}", ["0", "-1", ".inf", "99999999999999999999"]),
+    ("bench: {{output_len: {}}}", ["-1", "0", ".nan"]),
+    ("bench: {{num_prompts: {}}}", ["0", "99999999999999999999"]),
+    ("bench: {{warmup: {}}}", ["-1", "99999999999999999999"]),
+    ("bench: {{seed: {}}}", ["-1", "99999999999999999999", ".nan"]),
+    ("eval: {{limit: {}}}", ["0", "99999999999999999999"]),
+    ("eval: {{num_concurrent: {}}}", ["0", "99999999999999999999"]),
+    ("capacity: {{start: {}}}", [".nan", ".inf", "1.0e-300", "0"]),
+    ("capacity: {{max: {}}}", [".inf", "-.inf", "1.0e309", "99999999999999999999"]),
+    ("capacity: {{waves: {}}}", [".nan", ".inf"]),
+    ("capacity: {{window: {{max_s: {}}}}}", [".inf", "1.0e300"]),
+    ("bandwidth_gbs: {}", [".nan", ".inf", "-5", "0"]),
+    ("gates: {{min_recovery: {}}}", [".nan", ".inf", "-1"]),
+    ("gates: {{tasks: {{arc_easy: {}}}}}", [".nan", "-.inf", "-1"]),
+    ("serve: {{max_num_seqs: {}}}", ["0", "99999999999999999999"]),
+    ("serve: {{gpu_memory_utilization: {}}}", [".nan", ".inf"]),
+    ("executor: {{num_cpus: {}}}", [".nan", ".inf"]),
+]
+
+
+@pytest.mark.parametrize("template, value", [pytest.param(t, v, id=f"{t.split(':')[0]}:{t}={v}")
+                                             for t, values in RECIPE_FIELDS for v in values])
+def test_a_recipe_number_is_refused_with_its_line(tmp_path, template, value):
+    path = tmp_path / "run.yaml"
+    path.write_text("kind: run\nname: t\nmodel: smollm2-135m\n" + template.format(value) + "\n")
+    with pytest.raises(UsageError) as err:
+        recipe.load_run(path)
+    assert err.value.one_line().startswith(f"{path}:4: "), err.value.one_line()
+
+
+def test_an_empty_bench_concurrency_is_refused_not_skipped(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("kind: run\nname: t\nmodel: smollm2-135m\nbench: {concurrency: []}\n")
+    with pytest.raises(UsageError, match=r"run.yaml:4: bench.concurrency: .*empty list measures nothing.*bench: null"):
+        recipe.load_run(path)
+    path.write_text("kind: run\nname: t\nmodel: smollm2-135m\nbench: null\n")
+    assert recipe.load_run(path).bench is None  # the way to run no bench
+
+
+# ----------------------------------------------------------------------------------------------
+# 7. JSON a user hands quantkit: bounded depth on every read path (config.json, runs import,
+#    a JSONL dataset or calibration file, an eval baseline, a safetensors index)
+
+
+def _nested(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+def _config_reads(tmp_path: Path, depth: int):
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "x": ' + _nested(depth) + "}")
+    return lambda: models.local_folder(folder)
+
+
+def _checkpoint_check(tmp_path: Path, depth: int):
+    from quantkit.checkpoint import check_causal_lm
+
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"], "x": ' + _nested(depth) + "}")
+    return lambda: check_causal_lm(folder, weights=False)
+
+
+def _import(tmp_path: Path, depth: int):
+    from quantkit.store import Store
+    from quantkit.store.imports import import_result
+
+    path = tmp_path / "r.json"
+    path.write_text('{"kind": "quantkit.bench", "points": ' + _nested(depth) + "}")
+
+    def run():
+        with Store(tmp_path / "r.db") as store:
+            import_result(store, path)
+    return run
+
+
+def _jsonl(tmp_path: Path, depth: int):
+    from quantkit.files import read_jsonl
+
+    path = tmp_path / "prompts.jsonl"
+    path.write_text('{"prompt": "hi"}\n{"prompt": ' + _nested(depth) + "}\n")
+    return lambda: read_jsonl(path)
+
+
+def _calibration_json(tmp_path: Path, depth: int):
+    from quantkit.quantize import calibration
+    from quantkit.recipe import Calibration
+
+    path = tmp_path / "calib.json"
+    path.write_text(_nested(depth))
+    return lambda: calibration.load(Calibration(dataset=str(path)))
+
+
+def _baseline(tmp_path: Path, depth: int):
+    from quantkit.evals.results import EvalRun
+
+    path = tmp_path / "baseline.json"
+    path.write_text('{"kind": "quantkit.eval", "tasks": ' + _nested(depth) + "}")
+    return lambda: EvalRun.read(path)
+
+
+def _index(tmp_path: Path, depth: int):
+    from quantkit.checkpoint import validate
+
+    folder = tmp_path / "sharded"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    header = b'{"__metadata__": {}}'
+    (folder / "model-00001-of-00001.safetensors").write_bytes(len(header).to_bytes(8, "little") + header)
+    (folder / "model.safetensors.index.json").write_text('{"weight_map": {}, "metadata": ' + _nested(depth) + "}")
+    return lambda: validate(folder)
+
+
+READERS = {"config.json": _config_reads, "check_causal_lm": _checkpoint_check, "runs import": _import,
+           "jsonl line": _jsonl, "calibration .json": _calibration_json, "eval baseline": _baseline,
+           "safetensors index": _index}
+
+
+@pytest.mark.parametrize("depth", [65, 200, 500, 990, 100_000])
+@pytest.mark.parametrize("reader", list(READERS))
+def test_json_nested_too_deeply_is_one_line_on_every_read_path(tmp_path, reader, depth):
+    read = READERS[reader](tmp_path, depth)
+    with pytest.raises(UsageError) as err:
+        read()
+    line = err.value.one_line()
+    assert "nests deeper than" in line and "\n" not in line, line
+
+
+@pytest.mark.parametrize("reader", ["config.json", "check_causal_lm", "jsonl line"])
+def test_json_of_ordinary_depth_still_reads(tmp_path, reader):
+    READERS[reader](tmp_path, 8)()  # a real config or result nests under ten levels
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_result_file_holding_nan_is_not_json(tmp_path, constant):
+    from quantkit.store import Store
+    from quantkit.store.imports import import_result
+
+    path = tmp_path / "r.json"
+    path.write_text('{"kind": "quantkit.bench", "points": [{"rate": ' + constant + "}]}")
+    with Store(tmp_path / "r.db") as store, pytest.raises(UsageError, match=f"not valid JSON \\({constant} is not a JSON number"):
+        import_result(store, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# 8. --url: a port out of range is bad input, named without the URL's credentials
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:99999", "http://127.0.0.1:0", "http://127.0.0.1:65536/v1",
+                                 "https://host:-1", "http://host:http", "http://[::1]:70000",
+                                 "http://user:s3cret@127.0.0.1:99999/v1", "http://127.0.0.1:1e3"])
+def test_a_url_port_out_of_range_is_one_usage_line(tmp_path, url, no_keys):
+    checkpoint = _config_only_model(tmp_path / "m")
+    t0 = time.monotonic()
+    with pytest.raises(UsageError) as err:
+        open_server(checkpoint, url)
+    assert time.monotonic() - t0 < 2  # refused, not a connection attempt
+    line = err.value.one_line()
+    assert "a port is a number from 1 to 65535" in line and "s3cret" not in line, line
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. Output paths, checked before any work: a file where a folder is wanted, and the reverse
+
+
+@pytest.mark.parametrize("args, words", [
+    (["compare", "--model", "m", "-o", "{file}"], ["--output", "is a file, not a folder"]),
+    (["compare", "--model", "m", "-o", "{file}/sub"], ["--output", "is a file, so no folder can be made under it"]),
+    (["run", "{recipe}", "-o", "{file}"], ["--report-dir", "is a file, not a folder"]),
+    (["eval", "{model}", "--tasks", "arc_easy", "-o", "{file}"], ["--output", "is a file, not a folder"]),
+    (["card", "{model}", "-o", "{folder}"], ["--output", "is a folder, not a file", "README.md"]),
+    (["card", "{model}", "-o", "{file}/card.md"], ["--output", "is a file, so no folder can be made under it"]),
+    (["card", "{model}", "-o", "{folder}/" + "x" * 256], ["--output", "longer than 255 bytes"]),
+    (["compare", "--model", "m", "-o", "{folder}/" + "é" * 128], ["--output", "longer than 255 bytes"]),
+])
+def test_an_output_of_the_wrong_kind_is_refused_before_work(tmp_path, monkeypatch, capsys, args, words):
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    model = _config_only_model(tmp_path / "model")
+    (tmp_path / "file").write_text("keep me")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "run.yaml").write_text(f"kind: run\nname: t\nmodel: {model}\nmethods: []\n")
+    paths = {"file": tmp_path / "file", "folder": tmp_path / "folder", "model": model, "recipe": tmp_path / "run.yaml"}
+    code, _, err = _main([a.format(**paths) for a in args], capsys, monkeypatch)
+    line = _the_error_line(err)
+    assert code == 2 and all(w in line for w in words), line
+    assert ".tmp" not in line  # never an internal temporary name
+    assert (tmp_path / "file").read_text() == "keep me" and list((tmp_path / "folder").iterdir()) == []
+
+
+# ----------------------------------------------------------------------------------------------
+# 10. Temporary names fit the filesystem, and a killed one is found wherever it was made
+
+
+@pytest.mark.parametrize("length", [200, 240, 250, 255])
+@pytest.mark.parametrize("letter", ["x", "é"])
+def test_a_long_valid_name_is_written_atomically(tmp_path, length, letter):
+    from quantkit.files import NAME_MAX, atomic_write_text, temp_folder
+
+    name = (letter * length).encode("utf-8")[:length].decode("utf-8", errors="ignore")
+    assert len(name.encode("utf-8")) <= NAME_MAX
+    atomic_write_text(tmp_path / name, "card\n")
+    assert (tmp_path / name).read_text() == "card\n" and [p.name for p in tmp_path.iterdir()] == [name]
+    with temp_folder(tmp_path / (name + "-dir")[-NAME_MAX:]) as tmp:
+        assert tmp.is_dir() and len(tmp.name.encode("utf-8")) <= NAME_MAX and tmp.name.startswith(".")
+    assert not tmp.exists()
+
+
+def test_a_killed_temporary_folder_is_listed_wherever_it_was_made(tmp_path, monkeypatch):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from quantkit import housekeeping
+    from quantkit.files import ledger_entries
+
+    monkeypatch.setenv("QUANTKIT_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("QUANTKIT_MODELS_DIR", str(tmp_path / "models"))
+    elsewhere = tmp_path / "elsewhere"
+    code = ("import sys, time; from pathlib import Path; from quantkit.files import temp_folder\n"
+            "with temp_folder(Path(sys.argv[1])) as tmp:\n"
+            "    (tmp / 'model.safetensors').write_bytes(b'0' * 1000); print(tmp, flush=True); time.sleep(600)\n")
+    child = subprocess.Popen([sys.executable, "-c", code, str(elsewhere / "x")], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ})
+    tmp = Path(child.stdout.readline().strip())
+    assert tmp.parent == elsewhere and tmp.name.startswith(".x.tmp-")
+    assert housekeeping.leftovers() == []  # a live process's folder is in use, not left over
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    assert housekeeping.leftovers() == [tmp]  # outside the models folder, found through the ledger
+    assert str(tmp) in housekeeping.leftovers_line(housekeeping.leftovers())
+    import shutil
+
+    shutil.rmtree(tmp)  # the user removes it, as the line says
+    assert housekeeping.leftovers() == [] and ledger_entries() == []  # and the ledger forgets it

@@ -82,7 +82,7 @@ def test_calibration_errors_are_one_line(tmp_path):
         calibration.load(Calibration(dataset=str(tmp_path / "missing.jsonl")))
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"text": "ok"}\n{not json\n')
-    with pytest.raises(UsageError, match=r"bad.jsonl:2: not JSON"):
+    with pytest.raises(UsageError, match=r"bad.jsonl:2 is not valid JSON \(Expecting property name"):
         calibration.load(Calibration(dataset=str(bad)))
     nofield = tmp_path / "nofield.jsonl"
     nofield.write_text('{"body": "x"}\n')

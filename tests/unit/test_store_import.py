@@ -89,7 +89,7 @@ def test_labels_can_be_given(tmp_path):
 @pytest.mark.parametrize("content, message", [
     (None, "does not exist"),
     ("", "is empty"),
-    ("{not json", "is not JSON"),
+    ("{not json", "is not valid JSON"),
     ('{"kind": "quantkit.tune"}', "is not a quantkit bench, eval or capacity result"),
     ('{"kind": "quantkit.bench"}', "does not match the bench result schema"),
 ])
