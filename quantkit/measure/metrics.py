@@ -22,6 +22,8 @@ from typing import Any, Callable
 import httpx
 from pydantic import BaseModel, Field
 
+from ..serve import answers
+
 # quantity -> metric family names, newest first
 GAUGES: dict[str, tuple[str, ...]] = {
     "running": ("vllm:num_requests_running",),
@@ -230,7 +232,7 @@ class PointMonitor:
         if self._fetch is not None:
             return self._fetch(self.url)
         assert self._client is not None
-        response = self._client.get(self.url)
+        response = answers.get(self._client, self.url, answers.METRICS_LIMIT)
         response.raise_for_status()
         return response.text
 
@@ -242,7 +244,7 @@ class PointMonitor:
                 scrape = parse(self._get(), t=round(t, 3))
                 with self._lock:
                     self.scrapes.append(scrape)
-            except (httpx.HTTPError, ValueError) as exc:
+            except (httpx.HTTPError, ValueError, answers.TooLarge) as exc:
                 self.error = f"{self.url}: {type(exc).__name__}: {str(exc)[:120]}"
         if self.gpus is not None:
             sample = self.gpus.sample()
