@@ -29,7 +29,8 @@ they finish); readers (compare, card, push) read the store. Schema version 1:
                     p90, p95, p99, min, max), max_in_flight, slo, slo_met, slo_violations,
                     goodput_req_s, tokens_from_usage, partial, partial_reason, client (the load
                     generator's own workers, CPU, CPU per token, event-loop and send lag, attempts),
-                    client_limited, client_limited_reason
+                    client_limited, client_limited_reason, usage_mismatch, usage_mismatch_reason
+                    (the server's usage disagreed with the text received: tokens.py)
     knee            KneeResult (only for --sweep) or null
     complete        false until every planned point finished
     error           why the run stopped early, or null
