@@ -204,6 +204,8 @@ def _notes(p) -> list[str]:
                         if c is not None else "") + "; its figures may read low")
     if p.usage_mismatch:
         notes.append(f"usage mismatch: the server's token counts disagreed with the text it sent: {p.usage_mismatch_reason}")
+    if p.started_busy:
+        notes.append(f"started busy: {p.started_busy_reason}; its figures may carry that load")
     return notes
 
 
@@ -227,6 +229,8 @@ def _progress(point) -> None:
         stderr.print(f"  [yellow]client-limited[/yellow]: {point.client_limited_reason} (these figures may read low)")
     if point.usage_mismatch:
         stderr.print(f"  [yellow]usage mismatch[/yellow]: {point.usage_mismatch_reason}")
+    if point.started_busy:
+        stderr.print(f"  [yellow]started busy[/yellow]: {point.started_busy_reason}")
 
 
 def _print_run(run) -> None:

@@ -24,7 +24,8 @@ the last one; TPOT = (E2E - TTFT) / (tokens - 1); ITL as token cadence (`point.t
 token counts from the chunks received, the server's `usage` (stream_options.include_usage) credited
 only where the text received can hold it (`tokens.py`; a point where it cannot is `usage_mismatch`;
 `vllm bench serve` takes the usage whole). Throughput = tokens of the successful requests / wall
-time of the whole point (first send to last completion).
+time of the whole point (first send to last completion). Each point starts on a drained server
+(`drain.py`).
 
 A failed request is kept with its reason and counted; a point is never dropped. If the server dies
 during a point, the requests not yet sent are failed as "server died" and the point is `partial`.
@@ -52,7 +53,7 @@ from ..console import warn
 from ..errors import BackendError, UsageError
 from . import client
 from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
-from .metrics import wait_drained
+from .drain import Drain, mark as mark_drain, wait_idle
 from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
 from .samples import encode as encode_samples
 from .tokens import credit, prompt as credit_prompt
@@ -432,12 +433,14 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
                           request_timeout: float | None = None, workers: int | None = None,
                           stop_when: Stop | None = None, window: WindowSettings | None = None,
-                          ramp_s: float = 0.0) -> BenchPoint:
+                          ramp_s: float = 0.0, drained: Drain | None = None) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
     also capped by `concurrency`). `workers`: client worker processes (None: automatic, and a
     saturated client retries the point with more). `window`: a steady-state point (window.py):
     statistics over its window only, a verdict at a confidence; `stop_when` then closes it.
-    `ramp_s`: a concurrency point's streams start spread over this many seconds."""
+    `ramp_s`: a concurrency point's streams start spread over this many seconds. `drained`: how the
+    wait for an idle server before the point ended (drain.py); a point measured again waits again,
+    and the point is flagged `started_busy` when the wait before its last attempt ran out."""
     if concurrency is None and rate is None:
         raise UsageError("a point needs a concurrency or a rate")
     if concurrency is not None and concurrency < 1:
@@ -473,8 +476,10 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                  f"measuring it again with {again} client workers")
         count, prompts, attempt = again, fresh, attempt + 1
         # the next attempt starts on an idle server, not on the requests the last one left behind
-        await wait_drained(target.api_url.removesuffix("/v1"), headers=client.headers(target.api_key))
+        drained = await wait_idle(target.api_url.removesuffix("/v1"), headers=client.headers(target.api_key))
     point.client.attempts = attempt
+    if drained is not None:
+        mark_drain(point, drained)
     point = slo.judge(point, results) if slo is not None else point
     if point.window is not None and point.slo is not None:  # the verdict at a confidence decides
         point.slo_met = point.window.verdict == "pass"

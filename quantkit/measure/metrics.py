@@ -295,23 +295,3 @@ class PointMonitor:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-async def wait_drained(base_url: str, timeout_s: float = 60.0, headers: dict[str, str] | None = None) -> float | None:
-    """Until the server at `base_url` (no /v1) has no request running or waiting, by its /metrics:
-    a point measured again must not start on the requests the first attempt left behind (vLLM
-    aborts a cancelled stream within a step or two, but a full batch may take seconds). Returns
-    the seconds waited, None when /metrics cannot say (then nothing is waited for)."""
-    import asyncio
-    import time
-
-    started = time.monotonic()
-    async with httpx.AsyncClient(timeout=5.0, headers=headers) as http:
-        while True:
-            try:
-                gauges = parse((await http.get(base_url.rstrip("/") + "/metrics")).text).gauges
-            except (httpx.HTTPError, ValueError):
-                return None
-            if gauges.get("running", 0) + gauges.get("waiting", 0) == 0 or time.monotonic() - started > timeout_s:
-                return round(time.monotonic() - started, 2)
-            await asyncio.sleep(0.5)

@@ -263,6 +263,10 @@ class BenchPoint(BaseModel):
     # the server's usage disagreed with the text received (tokens.credit): its tokens were counted from the text
     usage_mismatch: bool = False
     usage_mismatch_reason: str | None = None
+    # the server still had requests running or waiting when the point started (drain.py): its figures may
+    # carry an earlier point's load
+    started_busy: bool = False
+    started_busy_reason: str | None = None
     load_profile: str | None = None  # capacity's profile: poisson, concurrency (staggered) or burst
     window: WindowSummary | None = None  # a steady-state point: its window and verdict (window.py)
     samples: str | None = None  # every request, packed (samples.py); kept in the store's points only

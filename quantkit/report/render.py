@@ -87,6 +87,8 @@ def _tok_s(p: Point | None, kind: str | None = None) -> str:
         text += " [client-limited]"
     if p.usage_mismatch:
         text += " [usage mismatch]"
+    if p.started_busy:
+        text += " [started busy]"
     return text
 
 
@@ -137,7 +139,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 "at knee: the knee of the sweep, the capacity under the SLO (\"capacity\"), or the highest load measured "
                 "(\"highest\"); [client-limited]: quantkit's own client was saturated at that point (its figures may "
                 "read low); [usage mismatch]: the server's token counts disagreed with the text it sent (the tokens "
-                "were counted from the text)"))
+                "were counted from the text); [started busy]: the server still had an earlier point's requests when "
+                "it started"))
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}

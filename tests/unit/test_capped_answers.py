@@ -57,3 +57,11 @@ def test_a_huge_metrics_page_is_no_series():
         assert monitor.scrapes == [] and "more than 32 MiB" in monitor.error
         assert server.sent < 2 * (METRICS_LIMIT + (8 << 20)), server.sent  # two scrapes: start and stop
 
+
+def test_a_huge_metrics_page_cannot_say_whether_the_server_drained():
+    from quantkit.measure.drain import wait_idle
+
+    with ScriptedServer(metrics=metrics_of(4 * METRICS_LIMIT)) as server:
+        drained = asyncio.run(wait_idle(server.url, limit_s=5))
+        assert drained.left is None and not drained.busy
+        assert server.sent < METRICS_LIMIT + (8 << 20), server.sent

@@ -157,7 +157,7 @@ def test_the_report_marks_a_client_limited_point_and_shows_tpot():
     assert "client-limited" in caption
 
 
-@pytest.mark.parametrize("flag, mark", [("usage_mismatch", "[usage mismatch]")])
+@pytest.mark.parametrize("flag, mark", [("usage_mismatch", "[usage mismatch]"), ("started_busy", "[started busy]")])
 def test_the_report_marks_a_point_the_server_misreported_or_started_busy(flag, mark):
     """Issue 39's flags travel as client_limited does: stored point -> report row -> table and caption."""
     from quantkit import report as R
