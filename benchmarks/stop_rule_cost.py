@@ -42,7 +42,8 @@ def raws(n: int, tokens: int, rate: float, seed: int = 0) -> list[Raw]:
         for g in gaps:
             times.append(times[-1] + g)
         out.append(Raw(index=i, start=t, status_ok=True, read_times=times, read_chunks=array("i", [1] * tokens),
-                       exact_tokens=True, first_choice=t + ttft, prompt_tokens=512, completion_tokens=tokens, sent=True))
+                       chunks=tokens, text_chunks=tokens, text_bytes=4 * tokens, first_choice=t + ttft,
+                       prompt_tokens=512, completion_tokens=tokens, sent=True))
     return out
 
 

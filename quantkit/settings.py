@@ -158,6 +158,16 @@ def request_timeout() -> float:
     return _seconds("QUANTKIT_REQUEST_TIMEOUT", DEFAULT_REQUEST_TIMEOUT_S, example=120)
 
 
+DEFAULT_DRAIN_TIMEOUT_S = 120.0
+
+
+def drain_timeout() -> float:
+    """Seconds a load point waits for the server to finish an earlier point's requests before it
+    starts anyway, flagged (QUANTKIT_DRAIN_TIMEOUT; default 120: a saturated point can leave a deep
+    queue behind on a server that does not abort abandoned requests)."""
+    return _seconds("QUANTKIT_DRAIN_TIMEOUT", DEFAULT_DRAIN_TIMEOUT_S, example=300)
+
+
 def price_per_hour() -> float | None:
     """What the machine serving a variant costs per hour (QUANTKIT_PRICE_PER_HOUR, e.g. a GPU-hour's
     price; `quantkit compare --price-per-hour` wins): the report then adds the cost per million output

@@ -163,9 +163,10 @@ def _print_capacity(result) -> None:
     stopped = []
     for p in result.points:
         row = _point_row(p)
-        if p.stopped_early:
-            row[0] += "*"
-            stopped.append(f"* {row[0][:-1]}: stopped early: {p.stopped_early}")
+        notes = _notes(p) + ([f"stopped early: {p.stopped_early}"] if p.stopped_early else [])
+        if notes:
+            row[0] = row[0].rstrip("*") + "*"
+            stopped += [f"* {row[0][:-1]}: {note}" for note in notes]
         table.add_row(*row)
     stdout.print(table)
     for line in stopped:
@@ -186,12 +187,28 @@ def _point_row(p) -> list[str]:
     load = kind(p.profile).text(p, "short")
     slo = "-" if p.slo_met is None else ("ok" if p.slo_met else "FAIL")
     return [
-        load + (" partial" if p.partial else "") + ("*" if p.client_limited else ""),
+        load + (" partial" if p.partial else "") + ("*" if _notes(p) else ""),
         str(p.num_requests), str(p.failures),
         fmt(p.output_tok_s), fmt(p.total_tok_s), f"{p.req_s:.2f}",
         ms(p.ttft, "p50"), ms(p.ttft, "p95"), ms(p.itl, "p50"), ms(p.itl, "p95"), ms(p.tpot, "p50"),
         f"{p.e2e.p50:.2f}" if p.e2e else "-", slo,
     ]
+
+
+def _notes(p) -> list[str]:
+    """Why a point's figures are not the plain measurement they look like: its row in the table
+    carries a star, and each note is printed below it."""
+    notes = []
+    if p.client_limited:
+        c = p.client
+        notes.append(f"client-limited: quantkit's own client limited this point: {p.client_limited_reason}"
+                     + (f" ({c.workers} workers, {c.cores:.2f} cores, {c.cpu_us_per_token or 0:.0f} us CPU per token)"
+                        if c is not None else "") + "; its figures may read low")
+    if p.usage_mismatch:
+        notes.append(f"usage mismatch: the server's token counts disagreed with the text it sent: {p.usage_mismatch_reason}")
+    if p.started_busy:
+        notes.append(f"started busy: {p.started_busy_reason}; its figures may carry that load")
+    return notes
 
 
 _HEADER = ["load", "reqs", "fail", "out\ntok/s", "total\ntok/s", "req/s", "TTFT\np50", "TTFT\np95",
@@ -212,6 +229,10 @@ def _progress(point) -> None:
     )
     if point.client_limited:
         stderr.print(f"  [yellow]client-limited[/yellow]: {point.client_limited_reason} (these figures may read low)")
+    if point.usage_mismatch:
+        stderr.print(f"  [yellow]usage mismatch[/yellow]: {point.usage_mismatch_reason}")
+    if point.started_busy:
+        stderr.print(f"  [yellow]started busy[/yellow]: {point.started_busy_reason}")
 
 
 def _print_run(run) -> None:
@@ -226,11 +247,8 @@ def _print_run(run) -> None:
         table.add_row(*_point_row(p))
     stdout.print(table)
     for p in run.points:
-        if p.client_limited:
-            c = p.client
-            stdout.print(f"* {_point_row(p)[0].rstrip('*')}: client-limited: quantkit's own client limited this point: "
-                         f"{p.client_limited_reason} ({c.workers} workers, {c.cores:.2f} cores, "
-                         f"{c.cpu_us_per_token or 0:.0f} us CPU per token); its figures may read low")
+        for note in _notes(p):
+            stdout.print(f"* {_point_row(p)[0].rstrip('*')}: {note}")
     if s is not None and s.quant_lines:
         stdout.print("kernels: " + "; ".join(s.quant_lines))
     if run.knee is not None:

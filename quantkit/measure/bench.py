@@ -29,7 +29,9 @@ they finish); readers (compare, card, push) read the store. Schema version 1:
                     p90, p95, p99, min, max), max_in_flight, slo, slo_met, slo_violations,
                     goodput_req_s, tokens_from_usage, partial, partial_reason, client (the load
                     generator's own workers, CPU, CPU per token, event-loop and send lag, attempts),
-                    client_limited, client_limited_reason
+                    client_limited, client_limited_reason, usage_mismatch, usage_mismatch_reason
+                    (the server's usage disagreed with the text received: tokens.py),
+                    started_busy, started_busy_reason (the server was not idle at the start: drain.py)
     knee            KneeResult (only for --sweep) or null
     complete        false until every planned point finished
     error           why the run stopped early, or null
@@ -55,6 +57,8 @@ from ..machine import hardware, load_limits
 from ..numbers import Concurrency, Rate, Tokens, check
 from ..serve.config import ServeConfig
 from ..serve.server import Server, ServerInfo, open_server
+from .client import headers
+from .drain import before_point
 from .gpu import open_gpus
 from .loadgen import Target, run_point, warmup
 from .metrics import PointMonitor
@@ -164,12 +168,15 @@ def measure_point(server: Server, target: Target, prompts: list, output_len: int
                   stop_factory: Callable[[PointMonitor], Callable] | None = None,
                   workers: int | None = None, window: Any = None, ramp_s: float = 0.0) -> BenchPoint:
     """One load point with the server's /metrics (and the GPUs, `gpus`) sampled through it and
-    stored with the point; `stop_factory(monitor)` may give the point a `stop_when`."""
+    stored with the point; `stop_factory(monitor)` may give the point a `stop_when`. The point starts
+    once the server has finished earlier points' requests (drain.py), or is flagged."""
+    drained = before_point(server.url, headers=headers(target.api_key))
     monitor = PointMonitor(server.url, interval_s, gpus=gpus)
     with monitor:
         point = run_point(target, prompts, output_len, concurrency=concurrency, rate=rate, seed=seed, slo=slo,
                           alive=server.alive, input_len=input_len, workers=workers,
-                          stop_when=stop_factory(monitor) if stop_factory else None, window=window, ramp_s=ramp_s)
+                          stop_when=stop_factory(monitor) if stop_factory else None, window=window, ramp_s=ramp_s,
+                          drained=drained)
     summary = monitor.summary()
     point.server_metrics = summary.model_dump(mode="json") if summary else None
     point.gpus = monitor.gpu_summary()

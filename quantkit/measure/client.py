@@ -4,11 +4,15 @@ The hot path per streamed chunk is kept small, because a client that spends its 
 reads tokens late, in bursts, and then measures itself instead of the server (issue 13):
 - aiohttp (its C HTTP parser) and uvloop where installed; `benchmarks/loadgen_choices.py`
   measured httpx at ~4-5x the CPU per token of this path.
-- SSE events are cut out of each network read as bytes. A completions chunk of the shape vLLM
-  sends (`"choices":[{...}]` and no usage object) is counted by a bytes test alone; any other event
-  (usage, error, chat deltas, unknown shapes) is parsed as JSON (orjson where installed).
-- Per request only raw facts are kept: the time of each network read that carried token chunks
-  and how many it carried. `point.token_timeline` turns them into TTFT / ITL / E2E afterwards,
+- SSE events are cut out of each network read as bytes, and each is parsed (orjson where
+  installed, ~1 us a chunk) and checked as the object it must be (`_tally`): a chunk a server sends
+  is evidence to check, not a count to trust. An event that is not one (not JSON, not an object,
+  a usage that is no count) fails its request, never the program; so does an event over
+  MAX_EVENT_BYTES, or more token chunks than the `max_tokens` asked (each carries at least one
+  token), which also bounds every per-request list.
+- Per request only raw facts are kept: the time of each network read that carried token chunks,
+  how many it carried, the text's size, and what the server's usage claimed. `tokens.credit`
+  decides what is counted and `point.token_timeline` turns it into TTFT / ITL / E2E afterwards,
   off the hot path.
 
 The worker also measures itself: its process CPU time over the point, and the lag of its event
@@ -45,6 +49,13 @@ except ImportError:  # pragma: no cover - the lock pins orjson; a bare install s
 LAG_PROBE_S = 0.02
 SERVER_DIED = "server died before the request was sent"
 STOPPED = "the point was stopped early"  # its verdict was decided: cut off or never sent, not measured
+MAX_EVENT_BYTES = 1 << 20  # one SSE event: vLLM's chunks are ~300 bytes, a few KB with logprobs
+MAX_ERROR_BODY_BYTES = 64 << 10  # of a non-200 answer: the first 300 characters are shown
+SPARE_CHUNKS = 1  # token chunks beyond max_tokens taken: a closing chunk that carries only the finish
+
+
+class BadEvent(ValueError):
+    """An event that is not what a completion stream sends: its request fails with this reason."""
 
 
 def event_loop_name() -> str:
@@ -136,22 +147,30 @@ class Job:
     headers: dict[str, str] = field(default_factory=dict)
     finished_path: str | None = None  # where a worker appends each finished Raw (the parent's stop rule reads it)
     start_delays: list[float] | None = None  # concurrency profile: each slot's first send (s after t0), a staggered start
+    max_tokens: int | None = None  # what each request asks: no stream may carry more token chunks
 
 
 @dataclass
 class Raw:
-    """One request as the worker saw it (times are perf_counter seconds, a clock all processes share)."""
+    """One request as the worker saw it (times are perf_counter seconds, a clock all processes share).
+    Every list grows by at most one entry per token chunk, and a stream may carry no more than
+    `asked` + SPARE_CHUNKS of them: the lists are bounded by the tokens asked, whatever the server says."""
 
     index: int
+    asked: int | None = None  # max_tokens of the request
     start: float = 0.0
     error: str | None = None
     status_ok: bool = False
     read_times: array = field(default_factory=lambda: array("d"))  # reads that carried token chunks
     read_chunks: array = field(default_factory=lambda: array("i"))  # token chunks in each of those reads
-    exact_tokens: bool = False  # read_chunks are tokens (per-chunk usage), not chunks
+    # per-chunk usage (continuous_usage_stats): the tokens claimed so far at each of those reads, -1 where none
+    read_claims: array = field(default_factory=lambda: array("q"))
+    chunks: int = 0  # token chunks: a completions chunk with a choice, a chat delta with content
+    text_chunks: int = 0  # of those, the ones whose text was not empty
+    text_bytes: int = 0  # the UTF-8 bytes of the text they carried
     first_choice: float | None = None  # first chunk with choices (TTFT, as vLLM bench takes it)
     prompt_tokens: int | None = None
-    completion_tokens: int | None = None
+    completion_tokens: int | None = None  # what the server's last usage claimed (tokens.credit checks it)
     send_lag: float | None = None  # rate profile: how late the send was against its schedule
     sent: bool = False  # it reached the server (a STOPPED one was then cut off in flight, else never sent)
 
@@ -185,31 +204,104 @@ def _error_message(text: str) -> str:
         return " ".join(text.split())[:300]
 
 
-def _chat_tokens(choice: dict) -> int:
-    delta = choice.get("delta") or {}
-    return 1 if (delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning")
-                 or delta.get("tool_calls")) else 0
+def _kind(value: Any) -> str:
+    return "null" if value is None else {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+                                         list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _count(usage: dict, key: str) -> int | None:
+    value = usage.get(key)
+    if value is None or (type(value) is int and value >= 0):
+        return value
+    raise BadEvent(f"a usage whose {key} is {value!r:.40}, not a count of tokens")
+
+
+def _text(holder: dict, key: str) -> str:
+    value = holder.get(key)
+    if value is None:
+        return ""
+    if type(value) is not str:
+        raise BadEvent(f"a {key} that is {_kind(value)}, not text")
+    return value
+
+
+def _tally(obj: Any, chat: bool, raw: Raw, now: float) -> tuple[int, int | None]:
+    """Check one parsed event as the chunk it must be and record it in `raw`: (token chunks it
+    carried, 0 or 1; the tokens its per-chunk usage claims so far, or None). Raises BadEvent for
+    anything else: the hot path, so plain type checks, not a pydantic model per chunk."""
+    if type(obj) is not dict:
+        raise BadEvent(f"an event that is {_kind(obj)}, not a JSON object")
+    choices, usage = obj.get("choices"), obj.get("usage")
+    claimed = None
+    if usage is not None:
+        if type(usage) is not dict:
+            raise BadEvent(f"a usage that is {_kind(usage)}, not an object")
+        claimed = _count(usage, "completion_tokens")
+        raw.prompt_tokens = _count(usage, "prompt_tokens")
+        raw.completion_tokens = claimed
+    if choices is None:
+        return 0, None
+    if type(choices) is not list:
+        raise BadEvent(f"choices that are {_kind(choices)}, not a list")
+    if not choices:
+        return 0, None
+    choice = choices[0]
+    if type(choice) is not dict:
+        raise BadEvent(f"a choice that is {_kind(choice)}, not an object")
+    if raw.first_choice is None:
+        raw.first_choice = now
+    if chat:
+        delta = choice.get("delta")
+        if delta is None:
+            return 0, claimed
+        if type(delta) is not dict:
+            raise BadEvent(f"a delta that is {_kind(delta)}, not an object")
+        text = _text(delta, "content") + _text(delta, "reasoning_content") + _text(delta, "reasoning")
+        tools = delta.get("tool_calls")
+        if tools is not None and type(tools) is not list:
+            raise BadEvent(f"tool_calls that are {_kind(tools)}, not a list")
+        if not (text or tools):
+            return 0, claimed  # the role chunk, or an empty delta: no token
+    else:
+        text = _text(choice, "text")  # vLLM sends a chunk per engine output: a token, though its text may be empty
+    raw.chunks += 1
+    if text:
+        raw.text_chunks += 1
+        raw.text_bytes += len(text.encode())
+    if raw.asked is not None and raw.chunks > raw.asked + SPARE_CHUNKS:
+        raise BadEvent(f"more token chunks than the {raw.asked} tokens asked")
+    return 1, claimed
+
+
+async def _error_body(response) -> str:
+    """The start of a non-200 answer (MAX_ERROR_BODY_BYTES at most: it is shown, never stored whole)."""
+    body = bytearray()
+    while len(body) < MAX_ERROR_BODY_BYTES:
+        piece = await response.content.read(MAX_ERROR_BODY_BYTES - len(body))
+        if not piece:
+            break
+        body += piece
+    return bytes(body).decode(errors="replace")
 
 
 async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dict[str, str],
                  timeout_s: float | None = None) -> None:
-    """Send one request and record its stream into `raw` (never raises for request failures)."""
+    """Send one request and record its stream into `raw` (never raises for request failures: a
+    server's misbehaviour fails the request, with the reason)."""
     import aiohttp
 
     raw.start = time.perf_counter()
     raw.sent = True
     perf = time.perf_counter
-    times, chunks = raw.read_times, raw.read_chunks
+    times, chunks, claims = raw.read_times, raw.read_chunks, raw.read_claims
     try:
         async with session.post(url, data=body, headers=hdrs) as response:
             if response.status != 200:
-                text = (await response.read()).decode(errors="replace")
-                raw.error = f"HTTP {response.status}: {_error_message(text)}"
+                raw.error = f"HTTP {response.status}: {_error_message(await _error_body(response))}"
                 return
             content = response.content
             rest = b""
             done = False
-            last_usage_tokens = 0
             while not done:
                 data = await content.readany()
                 if not data:
@@ -223,51 +315,42 @@ async def stream(session, url: str, body: bytes, chat: bool, raw: Raw, hdrs: dic
                     data = data.replace(b"\r\n", b"\n")
                 events = data.split(b"\n\n")
                 rest = events.pop()
+                if len(rest) > MAX_EVENT_BYTES:
+                    raise BadEvent(f"an event of more than {MAX_EVENT_BYTES} bytes")
                 k = 0
+                claim = -1
                 for event in events:
                     if not event.startswith(b"data:"):
                         continue  # SSE comments (pings) and blank keep-alives
                     payload = event[5:].lstrip()
-                    if not chat and b'"choices":[{' in payload and (b'"usage"' not in payload
-                                                                    or b'"usage":null' in payload) \
-                            and b'"error"' not in payload:
-                        k += 1  # the common case: one completions chunk, no JSON parse
-                        if raw.first_choice is None:
-                            raw.first_choice = now
-                        continue
                     if payload.startswith(b"[DONE]"):
                         done = True
                         break
-                    obj = loads(payload)
-                    if obj.get("error"):
+                    try:
+                        obj = loads(payload)
+                    except ValueError:
+                        raise BadEvent(f"an event that is not JSON ({payload[:40]!r})") from None
+                    if type(obj) is dict and obj.get("error"):
                         raw.error = f"stream error: {_error_message(json.dumps(obj))}"
                         return
-                    choices = obj.get("choices")
-                    usage = obj.get("usage")
-                    if choices:
-                        if raw.first_choice is None:
-                            raw.first_choice = now
-                        if usage and usage.get("completion_tokens") is not None:
-                            # continuous usage stats: the exact tokens of this chunk
-                            raw.exact_tokens = True
-                            k += usage["completion_tokens"] - last_usage_tokens
-                            last_usage_tokens = usage["completion_tokens"]
-                        else:
-                            k += _chat_tokens(choices[0]) if chat else 1
-                    if usage:
-                        raw.prompt_tokens = usage.get("prompt_tokens")
-                        raw.completion_tokens = usage.get("completion_tokens")
+                    carried, claimed = _tally(obj, chat, raw, now)
+                    k += carried
+                    if carried and claimed is not None:
+                        claim = claimed
                 if k:
                     times.append(now)
                     chunks.append(k)
+                    claims.append(claim)
             raw.status_ok = True
     except asyncio.TimeoutError as exc:  # aiohttp's total timeout: the server never finished answering
         raw.error = (f"no complete answer within the request timeout of {timeout_s:g} s (QUANTKIT_REQUEST_TIMEOUT)"
                      if timeout_s else f"TimeoutError: {str(exc)[:200] or 'no answer'}")
     except (aiohttp.ClientError, OSError) as exc:
         raw.error = f"{type(exc).__name__}: {str(exc)[:200] or 'connection lost'}"
-    except ValueError:
-        raw.error = "server sent a chunk that is not JSON"
+    except BadEvent as exc:
+        raw.error = f"the server sent {exc}"
+    except ValueError as exc:  # an answer aiohttp could not read as HTTP
+        raw.error = f"the server sent an answer that could not be read: {str(exc)[:200]}"
 
 
 class Counter:
@@ -361,13 +444,13 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
                 i = take()
                 if i >= n:
                     return
-                raw = Raw(index=i)
+                raw = Raw(index=i, asked=job.max_tokens)
                 raws.append(raw)
                 if not refused(raw):
                     await send(raw, i)
 
         async def scheduled(i: int, semaphore: asyncio.Semaphore) -> None:
-            raw = Raw(index=i)
+            raw = Raw(index=i, asked=job.max_tokens)
             raws.append(raw)
             wait = t0 + job.offsets[i] - time.perf_counter()
             try:

@@ -21,8 +21,11 @@ the figures, never silently biased.
 Timing follows `vllm bench serve` (benchmarks/bench_agreement.py, benchmarks/loadgen_capacity.py):
 monotonic clock from just before the request; TTFT at the first streamed chunk with choices; E2E at
 the last one; TPOT = (E2E - TTFT) / (tokens - 1); ITL as token cadence (`point.token_timeline`);
-token counts from the server's `usage` (stream_options.include_usage). Throughput = tokens of the
-successful requests / wall time of the whole point (first send to last completion).
+token counts from the chunks received, the server's `usage` (stream_options.include_usage) credited
+only where the text received can hold it (`tokens.py`; a point where it cannot is `usage_mismatch`;
+`vllm bench serve` takes the usage whole). Throughput = tokens of the successful requests / wall
+time of the whole point (first send to last completion). Each point starts on a drained server
+(`drain.py`).
 
 A failed request is kept with its reason and counted; a point is never dropped. If the server dies
 during a point, the requests not yet sent are failed as "server died" and the point is `partial`.
@@ -50,9 +53,10 @@ from ..console import warn
 from ..errors import BackendError, UsageError
 from . import client
 from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
-from .metrics import wait_drained
+from .drain import Drain, mark as mark_drain, wait_idle
 from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
 from .samples import encode as encode_samples
+from .tokens import credit, prompt as credit_prompt
 from .watchers import Stop, quiet_watch, stop_watch, watch
 from .slo import Slo
 from .window import WindowSettings
@@ -106,15 +110,21 @@ def endpoint(target: Target) -> str:
     return target.api_url + ("/chat/completions" if target.api == "chat" else "/completions")
 
 
-def to_result(raw: Raw, t0: float, expected: int | None = None) -> RequestResult:
-    """A worker's raw record -> RequestResult (TTFT/ITL/E2E/TPOT from `point.token_timeline`).
-    `expected`: the tokens asked (max_tokens with ignore_eos): a shorter answer is a failure, never
-    a fast request (a server that stops early would be credited with speed it did not have)."""
+def to_result(raw: Raw, t0: float, expected: int | None = None, sent: tuple[int | None, int] | None = None
+              ) -> RequestResult:
+    """A worker's raw record -> RequestResult (tokens by `tokens.credit`, TTFT/ITL/E2E/TPOT from
+    `point.token_timeline`). `expected`: the tokens asked (max_tokens with ignore_eos): a shorter
+    answer is a failure, never a fast request (a server that stops early would be credited with
+    speed it did not have). `sent`: the prompt's token ids (None for text) and the body's bytes,
+    which bound the prompt tokens credited (`tokens.prompt`)."""
     base = {"start_s": raw.start - t0, "index": raw.index}
     if raw.error is not None:
         return RequestResult.model_construct(ok=False, error=raw.error, itl=[], usage_from_server=True, **base)
-    timeline = token_timeline(raw.start, raw.first_choice, raw.read_times, raw.read_chunks, raw.exact_tokens,
-                              raw.completion_tokens)
+    credited = credit(raw)
+    prompt_tokens, prompt_mismatch = credit_prompt(raw.prompt_tokens, *(sent or (None, None)))
+    base["usage_mismatch"] = "; ".join(m for m in (credited.mismatch, prompt_mismatch) if m) or None
+    timeline = token_timeline(raw.start, raw.first_choice, raw.read_times, credited.counts, credited.exact,
+                              credited.tokens)
     if timeline is None:
         return RequestResult.model_construct(ok=False, error="no token received", itl=[], usage_from_server=True,
                                              **base)
@@ -124,8 +134,7 @@ def to_result(raw: Raw, t0: float, expected: int | None = None) -> RequestResult
                                              itl=[], usage_from_server=True, **base)
     return RequestResult.model_construct(
         ok=True, error=None, ttft=ttft, itl=itl, e2e=e2e, tpot=(e2e - ttft) / (tokens - 1) if tokens > 1 else None,
-        prompt_tokens=raw.prompt_tokens, completion_tokens=tokens,
-        usage_from_server=raw.completion_tokens is not None, **base)
+        prompt_tokens=prompt_tokens, completion_tokens=tokens, usage_from_server=credited.from_usage, **base)
 
 
 class Converted:
@@ -351,7 +360,8 @@ def _last_line(tmp: str, w: int) -> str:
 
 
 def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, offsets: list[float] | None,
-          request_timeout: float, start_delays: list[float] | None = None) -> list[Job]:
+              request_timeout: float, start_delays: list[float] | None = None,
+              max_tokens: int | None = None) -> list[Job]:
     url, chat = endpoint(target), target.api == "chat"
     workers = max(1, min(workers, limit, len(bodies)))
     jobs = []
@@ -361,7 +371,7 @@ def plan_jobs(target: Target, bodies: list[bytes], workers: int, limit: int, off
         delays = start_delays[w::workers][:slots] if start_delays else None
         jobs.append(Job(url=url, bodies=bodies, chat=chat, slots=slots, offsets=offsets, indices=indices,
                         request_timeout=request_timeout, headers=client.headers(target.api_key),
-                        start_delays=delays))
+                        start_delays=delays, max_tokens=max_tokens))
     return jobs
 
 
@@ -376,7 +386,7 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     bodies = [request_body(target, p, output_len) for p in prompts]
     delays = stagger(limit, ramp_s, seed) if offsets is None and ramp_s > 0 else None
-    jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout, delays)
+    jobs = plan_jobs(target, bodies, workers, limit, offsets, request_timeout, delays, max_tokens=output_len)
     reason: list[str] = []  # why stop_when ended the point, if it did
     if len(jobs) == 1:
         reports, t0 = await _in_process(jobs[0], alive, stop_when, reason)
@@ -387,7 +397,8 @@ async def _measure_once(target: Target, prompts: list[Prompt], output_len: int, 
     # requests an early stop cut off or never sent were not measured: not the server's failures
     cut_starts = [r.start - t0 for rep in reports for r in rep.raws if r.error == STOPPED and r.sent]
     raws = sorted((r for rep in reports for r in rep.raws if r.error != STOPPED), key=lambda r: r.index)
-    results = [to_result(r, t0, output_len) for r in raws]
+    sent = [(len(p.token_ids) if p.token_ids is not None else None, len(b)) for p, b in zip(prompts, bodies)]
+    results = [to_result(r, t0, output_len, sent[r.index]) for r in raws]
     dead = any(r.error == SERVER_DIED for r in results)
     if not dead and alive is not None and any(not r.ok for r in results) and not _alive_after_a_moment(alive):
         dead = True
@@ -422,12 +433,14 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
                           request_timeout: float | None = None, workers: int | None = None,
                           stop_when: Stop | None = None, window: WindowSettings | None = None,
-                          ramp_s: float = 0.0) -> BenchPoint:
+                          ramp_s: float = 0.0, drained: Drain | None = None) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
     also capped by `concurrency`). `workers`: client worker processes (None: automatic, and a
     saturated client retries the point with more). `window`: a steady-state point (window.py):
     statistics over its window only, a verdict at a confidence; `stop_when` then closes it.
-    `ramp_s`: a concurrency point's streams start spread over this many seconds."""
+    `ramp_s`: a concurrency point's streams start spread over this many seconds. `drained`: how the
+    wait for an idle server before the point ended (drain.py); a point measured again waits again,
+    and the point is flagged `started_busy` when the wait before its last attempt ran out."""
     if concurrency is None and rate is None:
         raise UsageError("a point needs a concurrency or a rate")
     if concurrency is not None and concurrency < 1:
@@ -463,8 +476,10 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                  f"measuring it again with {again} client workers")
         count, prompts, attempt = again, fresh, attempt + 1
         # the next attempt starts on an idle server, not on the requests the last one left behind
-        await wait_drained(target.api_url.removesuffix("/v1"), headers=client.headers(target.api_key))
+        drained = await wait_idle(target.api_url.removesuffix("/v1"), headers=client.headers(target.api_key))
     point.client.attempts = attempt
+    if drained is not None:
+        mark_drain(point, drained)
     point = slo.judge(point, results) if slo is not None else point
     if point.window is not None and point.slo is not None:  # the verdict at a confidence decides
         point.slo_met = point.window.verdict == "pass"
@@ -480,11 +495,14 @@ def run_point(*args, **kwargs) -> BenchPoint:
 
 
 def warmup(target: Target, prompts: list[Prompt], output_len: int) -> list[RequestResult]:
-    """Requests sent before measuring (first-request costs: connection, kernel selection, caches)."""
+    """Requests sent before measuring (first-request costs: connection, kernel selection, caches),
+    each given the request timeout a point's requests get (QUANTKIT_REQUEST_TIMEOUT)."""
+    from ..settings import request_timeout
+
     if not prompts:
         return []
     bodies = [request_body(target, p, output_len) for p in prompts]
-    (job,) = plan_jobs(target, bodies, 1, len(bodies), None, 600.0)
+    (job,) = plan_jobs(target, bodies, 1, len(bodies), None, request_timeout(), max_tokens=output_len)
 
     async def go():
         return await _in_process(job, None)

@@ -22,6 +22,8 @@ from typing import Any, Callable
 import httpx
 from pydantic import BaseModel, Field
 
+from ..serve import answers
+
 # quantity -> metric family names, newest first
 GAUGES: dict[str, tuple[str, ...]] = {
     "running": ("vllm:num_requests_running",),
@@ -230,7 +232,7 @@ class PointMonitor:
         if self._fetch is not None:
             return self._fetch(self.url)
         assert self._client is not None
-        response = self._client.get(self.url)
+        response = answers.get(self._client, self.url, answers.METRICS_LIMIT)
         response.raise_for_status()
         return response.text
 
@@ -242,7 +244,7 @@ class PointMonitor:
                 scrape = parse(self._get(), t=round(t, 3))
                 with self._lock:
                     self.scrapes.append(scrape)
-            except (httpx.HTTPError, ValueError) as exc:
+            except (httpx.HTTPError, ValueError, answers.TooLarge) as exc:
                 self.error = f"{self.url}: {type(exc).__name__}: {str(exc)[:120]}"
         if self.gpus is not None:
             sample = self.gpus.sample()
@@ -293,23 +295,3 @@ class PointMonitor:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-
-
-async def wait_drained(base_url: str, timeout_s: float = 60.0, headers: dict[str, str] | None = None) -> float | None:
-    """Until the server at `base_url` (no /v1) has no request running or waiting, by its /metrics:
-    a point measured again must not start on the requests the first attempt left behind (vLLM
-    aborts a cancelled stream within a step or two, but a full batch may take seconds). Returns
-    the seconds waited, None when /metrics cannot say (then nothing is waited for)."""
-    import asyncio
-    import time
-
-    started = time.monotonic()
-    async with httpx.AsyncClient(timeout=5.0, headers=headers) as http:
-        while True:
-            try:
-                gauges = parse((await http.get(base_url.rstrip("/") + "/metrics")).text).gauges
-            except (httpx.HTTPError, ValueError):
-                return None
-            if gauges.get("running", 0) + gauges.get("waiting", 0) == 0 or time.monotonic() - started > timeout_s:
-                return round(time.monotonic() - started, 2)
-            await asyncio.sleep(0.5)

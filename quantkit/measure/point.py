@@ -179,7 +179,8 @@ class RequestResult(BaseModel):
     e2e: float | None = None
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
-    usage_from_server: bool = True
+    usage_from_server: bool = True  # the server's usage was credited (tokens.credit)
+    usage_mismatch: str | None = None  # why it was not: it disagreed with what the client received
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,6 +264,13 @@ class BenchPoint(BaseModel):
     client: ClientStats | None = None  # the client's own CPU and lag (None in points stored before)
     client_limited: bool = False  # the client, not the server, may have limited these figures
     client_limited_reason: str | None = None
+    # the server's usage disagreed with the text received (tokens.credit): its tokens were counted from the text
+    usage_mismatch: bool = False
+    usage_mismatch_reason: str | None = None
+    # the server still had requests running or waiting when the point started (drain.py): its figures may
+    # carry an earlier point's load
+    started_busy: bool = False
+    started_busy_reason: str | None = None
     load_profile: str | None = None  # capacity's profile: poisson, concurrency (staggered) or burst
     window: WindowSummary | None = None  # a steady-state point: its window and verdict (window.py)
     samples: str | None = None  # every request, packed (samples.py); kept in the store's points only
@@ -298,6 +306,10 @@ def summarize(results: list[RequestResult], duration: float, *, profile: str, co
         tokens_from_usage=all(r.usage_from_server for r in good),
         partial=partial_reason is not None, partial_reason=partial_reason,
     )
+    if disputed := [r for r in results if r.usage_mismatch]:
+        point.usage_mismatch = True
+        point.usage_mismatch_reason = (f"{len(disputed)} of {len(results)} requests: {disputed[0].usage_mismatch}; "
+                                       "their tokens were counted from the text received")
     if client is not None:
         point.client = client
         # a point no request succeeded in has no figure the client could have limited

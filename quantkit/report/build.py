@@ -108,6 +108,8 @@ class Point(BaseModel):
     partial: bool = False
     client_limited: bool = False  # quantkit's own client was saturated: figures may read low
     client_limited_reason: str | None = None
+    usage_mismatch: bool = False  # the server's usage disagreed with the text received: tokens counted from the text
+    started_busy: bool = False  # the server still had earlier requests when the point started
 
     @property
     def load(self) -> str:
@@ -273,7 +275,8 @@ def points_of(result: records.Bench | records.Capacity | None) -> list[Point]:
             e2e_p50=_stat(p.e2e, "p50"),
             verdict=p.window.verdict if p.window is not None else None, successes=int(p.successes or 0),
             failures=int(p.failures or 0), partial=bool(p.partial), client_limited=bool(p.client_limited),
-            client_limited_reason=p.client_limited_reason,
+            client_limited_reason=p.client_limited_reason, usage_mismatch=bool(p.usage_mismatch),
+            started_busy=bool(p.started_busy),
         ))
     return out
 

@@ -86,6 +86,10 @@ def _tok_s(p: Point | None, kind: str | None = None) -> str:
         text += f" [{p.failures} failed]"
     if p.client_limited:
         text += " [client-limited]"
+    if p.usage_mismatch:
+        text += " [usage mismatch]"
+    if p.started_busy:
+        text += " [started busy]"
     return text
 
 
@@ -135,7 +139,9 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                   fmt_ms((r.top.itl_p50, r.top.itl_p95)) if r.top else DASH, _tpot(r.c1), _tpot(r.top)] for r in r_],
                 "at knee: the knee of the sweep, the capacity under the SLO (\"capacity\"), or the highest load measured "
                 "(\"highest\"); [client-limited]: quantkit's own client was saturated at that point (its figures may "
-                "read low)"))
+                "read low); [usage mismatch]: the server's token counts disagreed with the text it sent (the tokens "
+                "were counted from the text); [started busy]: the server still had an earlier point's requests when "
+                "it started"))
     acc_rows = []
     for r in r_:
         by_task = {s.task: s for s in r.scores}

@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field, field_validator
 from .. import checkpoint, settings
 from ..console import begin_activity, end_activity, info as log_info, sigterm_as_interrupt, warn
 from ..errors import BackendError, UsageError
+from . import answers
 from .config import ServeConfig
 from .formats import check_quantization_flag
 from .hardware_fit import check_servable, gpu_capability, serve_defaults, serving_dtype
@@ -305,18 +306,15 @@ class VLLMServer:
                 elif fatal_at is not None and now - fatal_at > FATAL_EXIT_GRACE_S:
                     raise self._start_failed(f"(its engine failed and it did not exit within {FATAL_EXIT_GRACE_S:.0f} s)")
                 try:
-                    health = client.get(self.url + "/health")
+                    health = answers.get(client, self.url + "/health")
                     raise_if_refused(health, what, bool(self._api_key), fix)  # vLLM's /health is open; a proxy's may not be
                     if health.status_code == 200:
-                        models = client.get(self.api_url + "/models")
+                        models = answers.get(client, self.api_url + "/models")
                         raise_if_refused(models, what, bool(self._api_key), fix)
-                        if models.status_code == 200:
-                            ids = [m.get("id") for m in models.json().get("data", [])]
-                            if self.model_name in ids:
-                                try:
-                                    return client.get(self.url + "/version").json().get("version")
-                                except (httpx.HTTPError, ValueError):
-                                    return None
+                        if models.status_code == 200 and self.model_name in answers.model_ids(models):
+                            return answers.version(client, self.url + "/version")
+                except (answers.TooLarge, ValueError) as exc:  # it answers, with what vLLM never sends
+                    raise BackendError(f"{what} is not answering as vLLM does: {exc} (log: {self.log_path})") from None
                 except httpx.HTTPError:
                     pass  # not listening yet
                 time.sleep(0.5)
@@ -406,19 +404,17 @@ class RemoteServer:
                "Authorization: Bearer)")
         try:
             with httpx.Client(timeout=timeout, headers=self._headers) as client:
-                response = client.get(self.api_url + "/models")
+                response = answers.get(client, self.api_url + "/models")
                 raise_if_refused(response, f"the server at {url}", bool(self.api_key), fix)
                 response.raise_for_status()
-                ids = [m.get("id") for m in response.json().get("data", [])]
-                try:
-                    version = client.get(url + "/version").json().get("version")
-                except (httpx.HTTPError, ValueError):
-                    version = None
+                ids = answers.model_ids(response)
+                version = answers.version(client, url + "/version")
         except httpx.HTTPStatusError as exc:
             raise BackendError(f"{self.api_url}/models answered HTTP {exc.response.status_code}; is it an OpenAI-compatible server?") from None
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+        except (answers.TooLarge, ValueError) as exc:
+            raise BackendError(f"{exc}; is it an OpenAI-compatible server?") from None
+        except httpx.HTTPError as exc:
             raise BackendError(f"cannot reach {self.api_url}/models: {type(exc).__name__}: {exc}".rstrip(": ")) from None
-        ids = [str(i) for i in ids if i]
         if not ids:
             raise BackendError(f"{self.api_url}/models lists no model")
         wanted = model_name or settings.served_model_name()
@@ -432,7 +428,7 @@ class RemoteServer:
     def alive(self) -> bool:
         try:
             # /v1/models, not /health: any OpenAI-compatible server has it (and a keyed one guards it)
-            return httpx.get(self.api_url + "/models", timeout=5.0, headers=self._headers).status_code == 200
+            return answers.status(self.api_url + "/models", self._headers) == 200
         except httpx.HTTPError:
             return False
 

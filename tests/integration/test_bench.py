@@ -61,7 +61,7 @@ def test_points_are_sane_and_token_counts_exact(server, smollm2_dir):
         assert point.failures == 0 and point.successes == 8, point.failure_reasons
         assert point.completion_tokens == 8 * 12  # ignore_eos: exactly output_len each
         assert point.prompt_tokens == 8 * 48  # token-id prompts: exactly input_len each
-        assert point.tokens_from_usage
+        assert point.tokens_from_usage and not point.usage_mismatch  # the usage agreed with the text received
         # every request's first token came before its end; across requests only these follow
         # (one request's TTFT may exceed another's E2E when the scheduler queues it)
         assert point.ttft.max < point.e2e.max and point.ttft.mean < point.e2e.mean

@@ -157,6 +157,30 @@ def test_the_report_marks_a_client_limited_point_and_shows_tpot():
     assert "client-limited" in caption
 
 
+@pytest.mark.parametrize("flag, mark", [("usage_mismatch", "[usage mismatch]"), ("started_busy", "[started busy]")])
+def test_the_report_marks_a_point_the_server_misreported_or_started_busy(flag, mark):
+    """Issue 39's flags travel as client_limited does: stored point -> report row -> table and caption."""
+    from quantkit import report as R
+    from quantkit.measure.bench import BenchRun
+    from quantkit.measure.point import Stats
+
+    s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
+
+    def point(c: int, flagged: bool) -> BenchPoint:
+        return BenchPoint(profile="concurrency", concurrency=c, output_len=64, input_len=128, num_requests=8,
+                          started_at="t", duration_s=1.0, successes=8, failures=0, prompt_tokens=1024,
+                          completion_tokens=512, output_tok_s=512.0, total_tok_s=1536.0, req_s=8.0,
+                          ttft=s, itl=s, tpot=s, **{flag: flagged, f"{flag}_reason": "why" if flagged else None})
+
+    run = BenchRun(model_dir="/m", points=[point(1, False), point(16, True)], complete=True)
+    variant = R.Variant(name="baseline", method="bf16", model_dir="/m", bench=run.model_dump(mode="json"))
+    report = R.build_report([variant], title="t", environment={})
+    (row,) = report.rows
+    assert getattr(row.top, flag) and not getattr(row.c1, flag)
+    title, header, rows, caption = next(t for t in R.tables(report) if t[0] == "Throughput and latency")
+    assert mark in rows[0][2] and mark not in rows[0][1] and mark in caption
+
+
 @pytest.mark.parametrize("busiest, attempts", [(0.1, 2), (0.95, 1)])
 def test_a_client_kept_waiting_is_measured_once_more_where_no_worker_can_be_added(monkeypatch, busiest, attempts):
     """One core for the client (QUANTKIT_CLIENT_MAX_WORKERS=1): a point where the idle client was kept

@@ -10,7 +10,7 @@ import asyncio
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from quantkit.measure.metrics import wait_drained
+from quantkit.measure.drain import wait_idle
 from quantkit.measure.point import WindowSettings
 from quantkit.measure.window import effective_warmup
 
@@ -37,14 +37,16 @@ def test_a_retry_waits_until_the_server_has_nothing_running():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Draining)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        waited = asyncio.run(wait_drained(f"http://127.0.0.1:{server.server_port}", timeout_s=10))
-        assert Draining.left < 0 and waited is not None and waited >= 1.0  # three 0.5-s polls with requests left
+        drained = asyncio.run(wait_idle(f"http://127.0.0.1:{server.server_port}", limit_s=10))
+        assert Draining.left < 0 and drained.waited_s >= 1.0  # three 0.5-s polls with requests left
+        assert drained.left == 0 and not drained.busy
     finally:
         server.shutdown()
 
 
 def test_no_metrics_means_no_wait():
-    assert asyncio.run(wait_drained("http://127.0.0.1:9", timeout_s=10)) is None
+    drained = asyncio.run(wait_idle("http://127.0.0.1:9", limit_s=10))
+    assert drained.left is None and not drained.busy
 
 
 def test_the_warm_up_asked_for_is_kept():

@@ -16,7 +16,8 @@ from quantkit.measure.watchers import stop_watch
 def _raw(i: int, start: float, tokens: int = 8) -> Raw:
     times = array("d", [start + 0.1 + 0.01 * k for k in range(tokens)])
     return Raw(index=i, start=start, status_ok=True, read_times=times, read_chunks=array("i", [1] * tokens),
-               exact_tokens=True, first_choice=start + 0.1, completion_tokens=tokens, sent=True)
+               chunks=tokens, text_chunks=tokens, text_bytes=4 * tokens, first_choice=start + 0.1,
+               completion_tokens=tokens, sent=True)
 
 
 def test_each_finished_request_is_converted_once(monkeypatch):
