@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -209,6 +210,22 @@ def for_method(method: str) -> Recipe:
     return load(check_method(method))
 
 
+def refuse_calibration(method_recipe: Recipe, given: list[str], add_kv_cache: str) -> None:
+    """Calibration settings on a data-free method (fp8, w4a16-rtn, w8a16) are refused, not ignored:
+    the user expects the data to shape the weights, and the checkpoint (whose record says no
+    calibration) would not be what they asked for; a warning scrolls away in a long convert and is
+    not seen with --json or --quiet, and leaving them out costs nothing. `given`: the settings as
+    the user spelled them (`--num-samples`, a run recipe's `num_samples`); `add_kv_cache`: how a
+    calibrated KV cache, which calibrates any method, is asked for there."""
+    if not given or method_recipe.needs_calibration:
+        return
+    calibrated = ", ".join(METHODS.calibrated())
+    many = len(given) > 1
+    raise UsageError(f"{' and '.join(given)} {'do' if many else 'does'} not apply to {method_recipe.method}: it is "
+                     f"data-free (no calibration); leave {'them' if many else 'it'} out, or use a calibrated method "
+                     f"({calibrated}), or add a calibrated KV cache ({add_kv_cache})")
+
+
 def override(recipe: Recipe, **fields: Any) -> Recipe:
     """Apply CLI overrides: `num_samples`, `seq_len`, `calib` go into calibration; None is skipped."""
     data = recipe.model_dump()
@@ -276,6 +293,18 @@ class MethodEntry(Strict):
                 self.recipe, self.num_samples, self.seq_len, self.calib, self.group_size, self.backend, self.kv_cache)):
             raise UsageError("a checkpoint: variant is not converted: leave out recipe, num_samples, seq_len, calib, "
                              "group_size, backend and kv_cache")
+        if self.method is not None:  # as `convert --method fp8 --num-samples 8` is refused
+            refuse_calibration(self.quant_recipe(), [k for k in ("num_samples", "seq_len", "calib")
+                                                     if getattr(self, k) is not None], "kv_cache: fp8")
+
+    def same_as(self) -> str:
+        """What defines this variant's weights: its conversion recipe in the canonical form its run
+        key hashes, or the checkpoint it names. Two entries alike here are one variant under two
+        names: one run key would name both (load_run refuses them)."""
+        if self.method is not None:
+            recipe = self.quant_recipe()
+            return f"the same conversion (method {recipe.method}, recipe {recipe.hash()})"
+        return f"the same checkpoint ({os.path.normpath(os.path.expanduser(str(self.checkpoint)))})"
 
     def overrides(self) -> dict[str, Any]:
         """What this entry changes in its method's recipe: the one list that both the run key
@@ -418,4 +447,14 @@ def load_run(path: str | Path) -> RunRecipe:
     labels = [e.label() for e in run.methods]
     if len(set(labels)) != len(labels) or "baseline" in labels:
         raise UsageError(f"{source}: method labels must be unique and not 'baseline' (got {labels}); set name:")
+    seen: dict[str, str] = {}
+    for entry in run.methods:
+        same = entry.same_as()
+        if same in seen:
+            # a second name is not a second variant: its conversion would replace the first's record
+            # under their one run key, leaving a checkpoint no record names
+            raise UsageError(f"{source}: methods {seen[same]} and {entry.label()} are {same}: one variant under two "
+                             "names; remove one, or make them differ (recipe:, group_size:, backend:, kv_cache:, "
+                             "or calibration on a calibrated method)")
+        seen[same] = entry.label()
     return run

@@ -62,23 +62,15 @@ def _kv_cache(value: str | None) -> str | None:
 
 
 def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dict[str, object]) -> None:
-    """Calibration flags on a data-free method (fp8, w4a16-rtn, w8a16) are refused, not ignored:
-    the user expects the data to shape the weights, and the checkpoint (whose record says no
-    calibration) would not be what they asked for; a warning scrolls away in a long convert and is
-    not seen with --json or --quiet, and leaving the flag out costs nothing."""
+    """Calibration flags on a data-free method are refused, not ignored (recipe.refuse_calibration,
+    the rule a run recipe's variants follow too)."""
     given = [flag for flag, value in flags.items() if value is not None]
     if not given or (method is None and recipe is None):
         return  # nothing to refuse, or plan() says what is missing
-    chosen = recipes.load(recipe).method if recipe else recipes.check_method(method)  # type: ignore[arg-type]
-    if method is not None and recipe is not None and recipes.check_method(method) != chosen:
+    chosen = recipes.load(recipe) if recipe else recipes.for_method(method)  # type: ignore[arg-type]
+    if method is not None and recipe is not None and recipes.check_method(method) != chosen.method:
         return  # plan() reports the contradiction itself
-    if not METHODS[chosen].calibrated:
-        from ..errors import UsageError
-
-        calibrated = ", ".join(METHODS.calibrated())
-        raise UsageError(f"{' and '.join(given)} {'do' if len(given) > 1 else 'does'} not apply to {chosen}: it is data-free "
-                         f"(no calibration); leave {'them' if len(given) > 1 else 'it'} out, or use a calibrated method "
-                         f"({calibrated}), or add a calibrated KV cache (--kv-cache fp8)")
+    recipes.refuse_calibration(chosen, given, "--kv-cache fp8")
 
 
 def _print_record(record) -> None:

@@ -80,12 +80,15 @@ def runs_import(files: List[Path] = typer.Argument(..., help="JSON files `quantk
 
 
 @runs_app.command("rm")
-def runs_rm(key: str = typer.Argument(..., help="Run key or prefix."), json: Json = False, quiet: Quiet = False) -> None:
-    """Remove stored records (all attempts of a key); the next `quantkit run` redoes them."""
+def runs_rm(key: str = typer.Argument(..., help="Run key or prefix."),
+            force: bool = typer.Option(False, "--force", help="Remove it even while a live run is running it (that run's stage then fails, saying so)."),
+            json: Json = False, quiet: Quiet = False) -> None:
+    """Remove stored records (all attempts of a key); the next `quantkit run` redoes them. A record a
+    live run is running is refused without --force."""
     from ..store import Store
 
     def body():
         with Store() as store:
-            return {"removed": store.remove(key)}
+            return {"removed": store.remove(key, force=force)}
 
     run_command(body, mode(json, quiet), lambda r: stdout.print(f"removed {r['removed']} record(s)"))

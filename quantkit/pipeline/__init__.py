@@ -65,16 +65,20 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     try:
         chosen.run(ctx, lanes, store, summary)
         grow_stage(ctx, lanes, store, summary)  # eval `grow:`: more items while a gate is inconclusive
-        from ..report.gather import compare
+        # every stage failed before it had a record (an existing checkpoint that does not resolve,
+        # a record removed under the run): no report to write; the summary says what failed
+        failed_unrecorded = any(o.status == "failed" for o in summary.outcomes) and not store.records(model=model.name)
+        if not failed_unrecorded:
+            from ..report.gather import compare
 
-        result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
-                         bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}",
-                         workload=_workload(plan),
-                         about=f"{plan.name}: {plan.description}" if plan.description else plan.name)
-        summary.report = {k: str(v) for k, v in result["paths"].items()}
-        summary.gates_passed = result["gates_passed"]
-        summary.gate_verdict, summary.gate_counts = result["gate_verdict"], result["gate_counts"]
-        summary.verdicts = result["verdicts"]
+            result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
+                             bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}",
+                             workload=_workload(plan),
+                             about=f"{plan.name}: {plan.description}" if plan.description else plan.name)
+            summary.report = {k: str(v) for k, v in result["paths"].items()}
+            summary.gates_passed = result["gates_passed"]
+            summary.gate_verdict, summary.gate_counts = result["gate_verdict"], result["gate_counts"]
+            summary.verdicts = result["verdicts"]
     finally:
         if own_store:
             store.close()

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 from ..console import info, warn
-from ..errors import QuantkitError, UsageError
+from ..errors import UsageError
 from ..evals.gates import RecoveryReport, compare_to_baseline
 from ..evals.results import EvalRun
 from ..store import Record, Store, run_key
-from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir
+from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, stage_failure
 
 
 def _newest_evals(store: Store, model: str) -> dict[str, Record]:
@@ -94,10 +94,11 @@ def _grow_one(ctx: RunContext, label: str, folder: Path, record: Record, goal: d
             with VLLMServer(folder, ctx.plan.serve) as server:
                 result = grow_result(server, plan, previous, todo, orders)
             rec.finish(result.model_dump(mode="json"), result.results_file)
-    except QuantkitError as exc:
-        warn(f"[{label}] growing the eval failed: {exc.one_line()}")
+    except Exception as exc:  # recorded failed by store.stage; the report is still written
+        error = stage_failure(exc)
+        warn(f"[{label}] growing the eval failed: {error}")
         summary.outcomes.append(StageOutcome(variant=label, kind="eval+", status="failed", run_key=key,
-                                             error=exc.one_line(), seconds=round(time.monotonic() - t0, 1)))
+                                             error=error, seconds=round(time.monotonic() - t0, 1)))
         return False
     summary.outcomes.append(StageOutcome(variant=label, kind="eval+", status="done", run_key=key,
                                          seconds=round(time.monotonic() - t0, 1)))

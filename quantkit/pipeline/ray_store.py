@@ -141,6 +141,12 @@ class RemoteStore(RecordStore):
             return ray.get(method.remote(*args, **kwargs))
         except ray.exceptions.RayActorError as exc:
             raise QuantkitError(f"the driver's result store is gone ({type(exc).__name__}): the run was stopped") from None
+        except ray.exceptions.RayTaskError as exc:
+            # the store's own refusal (a live run's key, a record removed under this run): its one
+            # line, as the driver's Store would have raised it, not Ray's wrapper around it
+            if isinstance(exc.cause, QuantkitError):
+                raise exc.cause from None
+            raise
 
     def done(self, key: str) -> Record | None:
         return self.ask(self.actor.done, key)

@@ -23,11 +23,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from .. import checkpoint, settings
-from ..console import info, warn
-from ..errors import BackendError, QuantkitError, UsageError
+from ..console import info, stderr, warn
+from ..errors import BackendError, UsageError
 from ..models import ResolvedModel
 from ..recipe import MethodEntry, RunRecipe
-from ..store import RecordStore, run_key
+from ..store import RecordStore, failure_line, run_key
 from ..store.kinds import stage_kind
 from .measures import capacity_key
 
@@ -99,7 +99,10 @@ def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
 
 
 def run_lane(ctx: RunContext, lane: Lane, store: RecordStore, summary: RunSummary) -> None:
-    """Convert (methods only), then measure on one server, then tune; failures are recorded, not raised."""
+    """Convert (methods only), then measure on one server, then tune. A stage that fails, however it
+    fails (a QuantkitError, or any other exception: a bug, a server's reply the client did not
+    survive), is recorded failed with its reason and the lane and the matrix go on; only Ctrl-C
+    and SIGTERM (KeyboardInterrupt) end the run."""
     if lane.entry is None:
         folder = ctx.model.path
     elif lane.entry.checkpoint is not None:
@@ -112,16 +115,25 @@ def run_lane(ctx: RunContext, lane: Lane, store: RecordStore, summary: RunSummar
             tune_stage(ctx, lane.label, folder, store, summary)
 
 
+def stage_failure(exc: Exception) -> str:
+    """A failed stage's reason in one line, the one its record holds (store.failure_line); the
+    traceback too with QUANTKIT_DEBUG=1, as a command's own failure shows it."""
+    if settings.debug():
+        stderr.print_exception()
+    return failure_line(exc)
+
+
 def checkpoint_stage(entry: MethodEntry, summary: RunSummary) -> Path | None:
     """An existing checkpoint (local folder or Hub id), measured as it is."""
     from ..models import resolve
 
     try:
         return resolve(entry.checkpoint).path
-    except QuantkitError as exc:
-        warn(f"[{entry.label()}] checkpoint {entry.checkpoint}: {exc.one_line()}; the other variants go on")
+    except Exception as exc:
+        error = stage_failure(exc)
+        warn(f"[{entry.label()}] checkpoint {entry.checkpoint}: {error}; the other variants go on")
         summary.outcomes.append(StageOutcome(variant=entry.label(), kind="checkpoint", status="failed",
-                                             run_key="-", error=exc.one_line()))
+                                             run_key="-", error=error))
         return None
 
 
@@ -154,10 +166,11 @@ def convert_stage(ctx: RunContext, entry: MethodEntry, store: RecordStore, summa
             if record.recipe_hash != quant.hash():  # the key's recipe is not the one converted: never store it
                 raise BackendError(f"converted with recipe {record.recipe_hash}, not the run key's {quant.hash()}")
             rec.finish(record.model_dump(mode="json"), str(out / checkpoint.RECORD_FILE))
-    except QuantkitError as exc:
-        warn(f"[{entry.label()}] convert failed: {exc.one_line()}; the other methods go on")
+    except Exception as exc:
+        error = stage_failure(exc)
+        warn(f"[{entry.label()}] convert failed: {error}; the other methods go on")
         summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="failed", run_key=key,
-                                             error=exc.one_line(), seconds=round(time.monotonic() - t0, 1)))
+                                             error=error, seconds=round(time.monotonic() - t0, 1)))
         return None
     summary.outcomes.append(StageOutcome(variant=entry.label(), kind="convert", status="done", run_key=key,
                                          seconds=round(time.monotonic() - t0, 1)))
@@ -201,13 +214,14 @@ def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore
         with VLLMServer(folder, ctx.plan.serve) as server:
             for kind, key in todo:
                 _measure(ctx, kind, key, label, folder, server, store, summary)
-    except QuantkitError as exc:  # the server did not start: every pending stage of it failed
+    except Exception as exc:  # the server did not start (or stop): every pending stage of it failed
+        error = stage_failure(exc)
         for kind, key in todo:
             if not any(o.run_key == key for o in summary.outcomes):
-                store.fail(store.begin(key, kind, ctx.model.name, label, {"checkpoint": str(folder)}), exc.one_line())
+                store.fail(store.begin(key, kind, ctx.model.name, label, {"checkpoint": str(folder)}), error)
                 summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="failed", run_key=key,
-                                                     error=exc.one_line()))
-        warn(f"[{label}] {exc.one_line()}; the other checkpoints go on")
+                                                     error=error))
+        warn(f"[{label}] {error}; the other checkpoints go on")
 
 
 def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: RecordStore,
@@ -219,8 +233,8 @@ def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, ser
         with store.stage(key, kind, ctx.model.name, label, params) as rec:
             measure.run(ctx.plan, server, folder, label, rec)
         status, error = "done", None
-    except QuantkitError as exc:
-        status, error = "failed", exc.one_line()
+    except Exception as exc:  # recorded failed by store.stage; the next measurement goes on
+        status, error = "failed", stage_failure(exc)
         warn(f"[{label}] {kind} failed: {error}")
     summary.outcomes.append(StageOutcome(variant=label, kind=kind, status=status, run_key=key, error=error,
                                          seconds=round(time.monotonic() - t0, 1)))
@@ -252,8 +266,8 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
                                      space=space, seed_trial=seed)
             rec.finish(result.model_dump(mode="json"))
         status, error = "done", None
-    except QuantkitError as exc:
-        status, error = "failed", exc.one_line()
+    except Exception as exc:
+        status, error = "failed", stage_failure(exc)
         warn(f"[{label}] tune failed: {error}")
     summary.outcomes.append(StageOutcome(variant=label, kind="tune", status=status, run_key=key, error=error,
                                          seconds=round(time.monotonic() - t0, 1)))

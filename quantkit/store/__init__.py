@@ -3,7 +3,7 @@
 from .db import MIGRATIONS, Store, StoreError, default_path, keyed, now, run_key
 from .imports import default_names, import_result, standalone
 from .kinds import MEASURED_KINDS, REPORTED_KINDS, STAGE_KINDS, result_kind
-from .protocol import Record, RecordStore, StageHandle
+from .protocol import Record, RecordStore, StageHandle, failure_line
 
 __all__ = ["MEASURED_KINDS", "MIGRATIONS", "REPORTED_KINDS", "Record", "RecordStore", "STAGE_KINDS", "StageHandle",
-           "Store", "StoreError", "default_path", "default_names", "keyed", "import_result", "now", "result_kind", "run_key", "standalone"]
+           "Store", "StoreError", "default_path", "default_names", "failure_line", "keyed", "import_result", "now", "result_kind", "run_key", "standalone"]

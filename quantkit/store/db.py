@@ -308,17 +308,27 @@ class Store(RecordStore):
 
     def add_point(self, record_id: int, point: dict[str, Any]) -> None:
         with self.transaction():
+            self._key_of(record_id)
             idx = self.db.execute("SELECT COUNT(*) FROM points WHERE record_id = ?", (record_id,)).fetchone()[0]
             self.db.execute("INSERT INTO points VALUES (?, ?, ?)", (record_id, idx, _dump(point)))
 
     def finish(self, record_id: int, result: dict[str, Any], result_path: str | None = None) -> None:
         with self.transaction():
-            key = self.db.execute("SELECT run_key FROM records WHERE id = ?", (record_id,)).fetchone()[0]
+            key = self._key_of(record_id)
             # --force: the new result replaces the old one as the key's 'done' record
             self.db.execute("DELETE FROM records WHERE run_key = ? AND status = 'done'", (key,))
             self.db.execute(
                 "UPDATE records SET status = 'done', result = ?, result_path = ?, error = NULL, finished_at = ?"
                 " WHERE id = ?", (_dump(result), result_path, now(), record_id))
+
+    def _key_of(self, record_id: int) -> str:
+        """The run key of a record this process began; one line when it is gone (`runs rm
+        --force` while the run was running it) instead of an error from deep inside SQLite."""
+        row = self.db.execute("SELECT run_key FROM records WHERE id = ?", (record_id,)).fetchone()
+        if row is None:
+            raise StoreError(f"its record ({record_id}) was removed from the result store {self.path} while this run "
+                             "was running it (quantkit runs rm --force); its result is not stored: run again to redo it")
+        return row[0]
 
     def fail(self, record_id: int, error: str, status: str = "failed", result: dict[str, Any] | None = None) -> None:
         with self.transaction():
@@ -369,9 +379,18 @@ class Store(RecordStore):
     def models(self) -> list[str]:
         return [r[0] for r in self.db.execute("SELECT DISTINCT model FROM records ORDER BY model")]
 
-    def remove(self, key_prefix: str) -> int:
-        """Remove every attempt of the one run key `key_prefix` names (exactly that key)."""
-        key, _rows = self._one_key(key_prefix, MIN_REMOVE_PREFIX)
+    def remove(self, key_prefix: str, force: bool = False) -> int:
+        """Remove every attempt of the one run key `key_prefix` names (exactly that key). An
+        attempt whose process is alive (a run running it now) is refused unless `force`: that
+        run would go on measuring into a record that is gone."""
+        key, rows = self._one_key(key_prefix, MIN_REMOVE_PREFIX)
+        live = self.live_runs([key])
+        if live and not force:
+            _key, pid, since = live[0]
+            running = next(r for r in rows if r.status == "running")
+            raise UsageError(f"{running.kind} {running.variant} ({key[:10]}) is being run by quantkit process {pid} now "
+                             f"(since {since}); wait for it to finish or stop it (kill {pid}), or remove its record "
+                             "anyway with --force (that run's stage then fails)")
         with self.transaction():
             cur = self.db.execute("DELETE FROM records WHERE run_key = ?", (key,))
         return cur.rowcount

@@ -103,17 +103,20 @@ class RecordStore(Protocol):
         handle = StageHandle(self, self.begin(key, kind, model, variant, params, recipe_hash))
         try:
             yield handle
-        except QuantkitError as exc:
-            _close_quietly(self, handle.id, exc.one_line(), "failed")
-            raise
         except (KeyboardInterrupt, GeneratorExit):
             _close_quietly(self, handle.id, "interrupted", "interrupted")
             raise
         except BaseException as exc:
-            _close_quietly(self, handle.id, _exception_line(exc), "failed")
+            _close_quietly(self, handle.id, failure_line(exc), "failed")
             raise
         if not handle.finished:
             self.fail(handle.id, "the stage ended without a result")
+
+
+def failure_line(exc: BaseException) -> str:
+    """What a failed stage's record (and the run's summary) says: a QuantkitError's own line, or
+    any other exception's type and message (a bug, a reply the client did not survive)."""
+    return exc.one_line() if isinstance(exc, QuantkitError) else _exception_line(exc)
 
 
 def _close_quietly(store: RecordStore, record_id: int, error: str, status: str) -> None:

@@ -129,3 +129,139 @@ def test_run_killed_and_resumed_has_one_record_per_key(tiny_llama_dir, tmp_path)
     data = json.loads((report / "report.json").read_text())
     assert data["schema_version"] == 1
     assert (report / "report.html").stat().st_size > 10_000
+
+
+# `quantkit run` in a subprocess with one stage made to fail or wait by a patched runner (issue 39):
+# the baseline's bench raises what a `data: null` stream once raised inside the client (any stage
+# that raises anything must fail alone); the conversion waits for a file, so that its record is
+# running while the test removes it.
+PATCHED_RUN = """
+import dataclasses, os, sys, time
+from pathlib import Path
+
+from quantkit import quantize
+from quantkit.pipeline import measures
+
+real_bench, real_convert = measures.BENCH.run, quantize.convert
+
+
+def bench(plan, server, folder, label, rec):
+    if label == "baseline":
+        raise AttributeError("'NoneType' object has no attribute 'get'")
+    return real_bench(plan, server, folder, label, rec)
+
+
+def convert(*args, **kwargs):
+    if os.environ.get("TEST_GO"):
+        Path(os.environ["TEST_READY"]).touch()
+        while not Path(os.environ["TEST_GO"]).exists():
+            time.sleep(0.2)
+    return real_convert(*args, **kwargs)
+
+
+measures.BENCH = dataclasses.replace(measures.BENCH, run=bench)
+quantize.convert = convert
+sys.argv = ["quantkit", *sys.argv[1:]]
+from quantkit.cli import main
+
+main()
+"""
+
+
+def run_patched(home: Path, *args: str, **env: str) -> subprocess.Popen:
+    env = {**os.environ, "QUANTKIT_HOME": str(home), "QUANTKIT_MODELS_DIR": str(home / "models-out"), "NO_COLOR": "1",
+           "COLUMNS": "400", **env}
+    return subprocess.Popen([sys.executable, "-c", PATCHED_RUN, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_a_bench_that_raises_fails_its_variant_and_the_matrix_goes_on(tiny_llama_dir, tmp_path):
+    """It ended `quantkit run`: exit 1, no summary, no report, the next variant never ran."""
+    home, report = tmp_path / "home", tmp_path / "report"
+    home.mkdir()
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(f"""
+kind: run
+name: tiny
+model: {tiny_llama_dir}
+methods: [{{method: w4a16-rtn}}]
+serve: {{enforce_eager: true, max_model_len: 512}}
+bench: {{concurrency: [1], input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
+eval: null
+""")
+    proc = run_patched(home, "run", str(recipe), "-o", str(report))
+    out, err = proc.communicate(timeout=1500)
+    reason = "AttributeError: 'NoneType' object has no attribute 'get'"
+    assert proc.returncode == 1, err[-3000:]
+    assert "Traceback" not in err + out
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"error: 1 stage(s) failed (baseline bench: {reason}); the other results are stored, "
+                           f"report {report / 'report.md'}"), last
+    # the summary first: every stage with its status, the failed one with its reason
+    rows = {tuple(cell.strip() for cell in line.split("│")[1:4]) for line in out.splitlines() if line.startswith("│")}
+    assert {("baseline", "bench", "failed"), ("w4a16-rtn", "convert", "done"), ("w4a16-rtn", "bench", "done")} <= rows, out
+    assert reason in out
+
+    with Store(home / "results.db") as store:
+        records = {(r.variant, r.kind): r for r in store.records()}
+        assert (records[("baseline", "bench")].status, records[("baseline", "bench")].error) == ("failed", reason)
+        bench = records[("w4a16-rtn", "bench")]
+        assert bench.status == "done" and [p["concurrency"] for p in store.points(bench.id)] == [1]
+        assert records[("w4a16-rtn", "convert")].status == "done"
+    md = (report / "report.md").read_text()  # the report says what failed, beside what was measured
+    assert "w4a16-rtn" in md and "**baseline: failed**" in md and "bench failed: AttributeError" in md
+
+
+def test_a_live_runs_record_is_not_removed_and_a_forced_removal_is_said(tiny_llama_dir, tmp_path):
+    """`runs rm` of the record a live run is running removed it, and the run died with a TypeError."""
+    home = tmp_path / "home"
+    home.mkdir()
+    recipe = tmp_path / "convert.yaml"
+    recipe.write_text(f"kind: run\nname: t\nmodel: {tiny_llama_dir}\nmethods: [{{method: w4a16-rtn}}]\n"
+                      "bench: null\neval: null\n")
+    ready, go = tmp_path / "ready", tmp_path / "go"
+    proc = run_patched(home, "run", str(recipe), "-o", str(tmp_path / "report"), TEST_READY=str(ready), TEST_GO=str(go))
+    try:
+        deadline = time.monotonic() + 600
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert ready.exists(), proc.communicate()[1][-3000:]
+        with Store(home / "results.db") as store:
+            (record,) = store.records()
+        assert (record.kind, record.status) == ("convert", "running")
+
+        def rm(*extra: str) -> subprocess.CompletedProcess:
+            env = {**os.environ, "QUANTKIT_HOME": str(home), "NO_COLOR": "1", "COLUMNS": "400"}
+            return subprocess.run([sys.executable, "-m", "quantkit", "runs", "rm", record.run_key[:10], *extra], env=env,
+                                  capture_output=True, text=True, timeout=120)
+
+        refused = rm()
+        assert refused.returncode == 2, refused.stderr
+        assert refused.stderr.strip() == (f"error: convert w4a16-rtn ({record.run_key[:10]}) is being run by quantkit "
+                                          f"process {proc.pid} now (since {record.started_at}); wait for it to finish or "
+                                          f"stop it (kill {proc.pid}), or remove its record anyway with --force (that "
+                                          "run's stage then fails)")
+        with Store(home / "results.db") as store:
+            assert [r.status for r in store.records()] == ["running"]
+        forced = rm("--force")
+        assert forced.returncode == 0 and "removed 1 record(s)" in forced.stdout, forced.stderr
+        go.touch()
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 1 and "Traceback" not in err + out, err[-3000:]
+        assert err.strip().splitlines()[-1].startswith(
+            f"error: 1 stage(s) failed (w4a16-rtn convert: its record ({record.id}) was removed from the result store "
+            f"{home / 'results.db'} while this run was running it (quantkit runs rm --force); its result is not stored: "
+            "run again to redo it)"), err[-2000:]
+    finally:
+        if proc.poll() is None:  # a failed assertion must not leave the run waiting for `go`
+            proc.kill()
+            proc.wait(timeout=60)
+    with Store(home / "results.db") as store:
+        assert store.records() == []  # not written again behind the user's back
+
+    # the next run takes the finished checkpoint back into the store: no checkpoint without a record
+    again = run_patched(home, "run", str(recipe), "-o", str(tmp_path / "report"))
+    out, err = again.communicate(timeout=600)
+    assert again.returncode == 0, err[-3000:]
+    with Store(home / "results.db") as store:
+        assert [(r.kind, r.status) for r in store.records()] == [("convert", "done")]

@@ -6,28 +6,18 @@ from __future__ import annotations
 import inspect
 
 import pytest
+from fixtures.stores import NODE, remote_store
 
 from quantkit.errors import QuantkitError
-from quantkit.pipeline import ray_store
-from quantkit.pipeline.ray_store import RemoteStore, StoreActor
+from quantkit.pipeline.ray_store import RemoteStore
 from quantkit.store import RecordStore, Store
 
-NODE = {"name": "vm:abc123", "hostname": "vm", "ip": "10.0.0.2", "ray_node_id": "abc123" * 8, "pid": 7}
 METHODS = sorted(RecordStore.__abstractmethods__)
-
-
-class InProcessStore(RemoteStore):
-    """A RemoteStore whose actor is a StoreActor in this process: the same calls, without Ray."""
-
-    def ask(self, method, *args, **kwargs):
-        return method(*args, **kwargs)
 
 
 @pytest.fixture
 def remote(tmp_path, monkeypatch):
-    monkeypatch.setattr(ray_store, "this_node", lambda: NODE)
-    actor = StoreActor(str(tmp_path / "results.db"))
-    return InProcessStore(actor, "w4", str(actor.store.path)), actor
+    return remote_store(tmp_path / "results.db", monkeypatch)
 
 
 def test_both_stores_implement_every_method_of_the_protocol():
