@@ -12,6 +12,7 @@ from typing import Callable, Literal
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
+from ..numbers import MIN_RATE
 from .point import OVERLOADED
 
 class KneeProbe(BaseModel):
@@ -196,8 +197,11 @@ def floor_of(lo: float, integer: bool) -> float:
     halvings (lo / 8: 0.125 req/s below a range starting at 1), one stream for a closed loop. A
     server too slow for the range still gets a capacity (on an AVX2 CPU serving emulated bf16,
     SmolLM2 held none of 1 req/s), and the search ends in minutes where that is not enough: a
-    Poisson point at 0.125 req/s already runs ~8 minutes to hold the 59 requests a p95 needs."""
-    return max(1.0, float(math.floor(lo / FLOOR_DIVISOR))) if integer else lo / FLOOR_DIVISOR
+    Poisson point at 0.125 req/s already runs ~8 minutes to hold the 59 requests a p95 needs. A
+    rate floor is never below numbers.MIN_RATE (0.1 req/s), the lowest rate a user may ask for."""
+    if integer:
+        return max(1.0, float(math.floor(lo / FLOOR_DIVISOR)))
+    return min(lo, max(MIN_RATE, lo / FLOOR_DIVISOR))  # never below the lowest rate a user may ask for
 
 
 FLOOR_DIVISOR = 8

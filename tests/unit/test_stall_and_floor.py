@@ -55,7 +55,7 @@ def test_a_closed_loop_stall_does_not_count_sends_it_cannot_see():
     assert said.startswith("stall: no request finished in 14 s:") and "sent" not in said
 
 
-@pytest.mark.parametrize("lo,integer,floor", [(1, False, 0.125), (2, False, 0.25), (0.5, False, 0.0625),
+@pytest.mark.parametrize("lo,integer,floor", [(1, False, 0.125), (2, False, 0.25), (0.5, False, 0.1), (0.1, False, 0.1),
                                               (1, True, 1.0), (16, True, 2.0), (4, True, 1.0)])
 def test_the_floor_is_three_halvings_below_the_range(lo, integer, floor):
     assert FLOOR_DIVISOR == 8 and floor_of(lo, integer) == floor
