@@ -81,22 +81,11 @@ def tiny_llama128_dir(smollm2_dir, tmp_path_factory) -> Path:
     return _tiny_llama(tmp_path_factory.mktemp("tiny-llama128"), smollm2_dir, 256, 512, 4, 2)
 
 
-# /proc/cpuinfo flags of one CPU of each ISA class (machine.ISA_CLASSES), as Linux prints them
-CPU_FLAGS = {
-    "avx2": ("x86_64", "fpu sse sse2 ssse3 sse4_1 sse4_2 avx f16c fma avx2 bmi1 bmi2"),
-    "avx512": ("x86_64", "fpu sse2 avx fma avx2 avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni"),
-    "avx512_bf16": ("x86_64", "fpu sse2 avx fma avx2 avx512f avx512dq avx512bw avx512vl avx512_vnni avx512_bf16"),
-    "amx": ("x86_64", "fpu avx2 avx512f avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8"),
-    "arm": ("aarch64", "fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp"),
-    "arm_bf16": ("aarch64", "fp asimd asimdhp cpuid asimdrdm lrcpc dcpop asimddp sve i8mm bf16"),
-    "other": ("x86_64", "fpu sse sse2"),
-}
-
-
 @pytest.fixture
 def fake_cpu(monkeypatch):
     """`fake_cpu("avx2")`: quantkit sees a CPU of that ISA class (its /proc/cpuinfo flags faked,
     QUANTKIT_CPU_ISA unset), for the choices that depend on it (dtype, refusals, demo recipe)."""
+    from fixtures.cpu import CPU_FLAGS
     from quantkit import machine
 
     def fake(name: str) -> None:

@@ -1,6 +1,6 @@
 """Any CPU a user has: the ISA class quantkit reads, the dtype it serves in, what it refuses before
 vLLM starts, how it imitates a lesser CPU, and which demo recipe it runs (issue 38). The CPU is
-faked (`fake_cpu`); tests/integration/test_cpu_isa.py serves on the machine's own ISA and on an
+faked (`fake_cpu`); tests/integration/test_cpu_isa_serving.py serves on the machine's own ISA and on an
 imitated AVX2 one."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from quantkit.serve.config import ServeConfig
 from quantkit.serve.hardware_fit import (cpu_refusal, is_4bit_weights, refusal, scheme_refusal, serve_defaults,
                                          serving_dtype)
 from quantkit.serve.log import parse_log
-from conftest import CPU_FLAGS
+from fixtures.cpu import CPU_FLAGS
 
 ALL = list(CPU_FLAGS)
 NATIVE_BF16 = {"avx512_bf16", "amx", "arm_bf16"}

