@@ -332,7 +332,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         info(f"{prefix}capacity point {number + 1}: {what}, {size}{why}")
         if plan.window is not None:  # an open loop's stop rule counts the sends from the same schedule
             offsets = poisson_schedule(plan.requests, plan.rate, settings.seed + number) if plan.rate else None
-            stop = lambda monitor, w=plan.window: WindowStop(slo, w, offsets)  # noqa: E731
+            stop = lambda monitor, w=plan.window: WindowStop(slo, w, offsets, request_s)  # noqa: E731
         else:
             stop = (lambda monitor: EarlyStop(slo, plan.requests, settings.output_len, monitor, "concurrency")) \
                 if settings.early_stop else None

@@ -18,8 +18,11 @@ streams) and measures only what a server sustains:
   that grows with the window's length, so the verdict is `saturated`, not a latency figure.
 - **stall**: no request finished at all (none failed either) while requests were sent: there is no
   latency to judge and no queue to measure, so the verdict is `stall`, never a saturation figure.
-  The point ends once the warm-up and the shortest window have passed without a completion. (On an
-  AVX2 CPU serving emulated bf16, the demo's first point finished 0 of 137 requests in 36 s.)
+  The point ends once the warm-up and the shortest window have passed without a completion, and
+  the first request has had `STALL_AFTER` times an idle request's duration: a slow server under
+  a batch is not stalled. (On an AVX2 CPU serving emulated bf16, the demo's first point finished
+  0 of 137 requests in 36 s; on float32 an idle request takes 4-5 s, and a point called after
+  13 s without a completion was a false stall.)
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
 
 SATURATION_SHARE = 0.10  # in-flight growth over the window / its arrivals at which arrivals outpace service
 SATURATION_SIGMAS = 3.0  # ... and beyond this many standard deviations of a steady queue's noise
+STALL_AFTER = 4.0  # no completion for this many idle request durations after the first send: a stall
 
 
 def _end(r: RequestResult) -> float | None:
@@ -206,10 +210,13 @@ def still_rising(slo: "Slo", window: list[RequestResult]) -> str | None:
 class WindowStop:
     """`stop_when` for a window point: ends it once its verdict is decided (or saturated) over at
     least `min_s` and `min_requests`, or at the cap, whatever comes first. `offsets`, an open loop's
-    send schedule, tell it how many requests were sent by now: the ones not finished are in flight."""
+    send schedule, tell it how many requests were sent by now: the ones not finished are in flight.
+    `request_s`, one request's duration on the idle server, sets how long it waits before a stall."""
 
-    def __init__(self, slo: "Slo | None", settings: WindowSettings, offsets: list[float] | None = None):
+    def __init__(self, slo: "Slo | None", settings: WindowSettings, offsets: list[float] | None = None,
+                 request_s: float = 0.0):
         self.slo, self.settings, self.offsets = slo, settings, offsets
+        self.stall_after_s = STALL_AFTER * request_s + (offsets[0] if offsets else 0.0)
         self.series: list[tuple[float, float]] = []  # (elapsed, requests in flight)
 
     def __call__(self, finished: list[RequestResult], elapsed_s: float) -> str | None:
@@ -225,8 +232,11 @@ class WindowStop:
         if elapsed_s < warmup + s.min_s or self.slo is None:
             return None
         sent = bisect.bisect_right(self.offsets, elapsed_s) if self.offsets is not None else None
-        if not finished and (sent is None or sent >= 2):  # a closed loop has sent its streams' first requests
-            return stall_reason(sent, elapsed_s)
+        if not finished:
+            # a closed loop has sent its streams' first requests; an open one, two
+            if (sent is None or sent >= 2) and elapsed_s >= self.stall_after_s:
+                return stall_reason(sent, elapsed_s)
+            return None
         if self.offsets is not None:
             recent = [(t, n) for t, n in self.series if t >= warmup]
             arrivals = bisect.bisect_right(self.offsets, elapsed_s) - bisect.bisect_left(self.offsets, warmup)

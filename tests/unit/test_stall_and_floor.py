@@ -9,7 +9,7 @@ import pytest
 from quantkit.measure.point import OVERLOADED, RequestResult
 from quantkit.measure.search import FLOOR_DIVISOR, CapacitySearch, CapacityStep, Verdict, floor_of, outcome, search_capacity
 from quantkit.measure.slo import parse_slo
-from quantkit.measure.window import WindowSettings, WindowStop, summarize
+from quantkit.measure.window import STALL_AFTER, WindowSettings, WindowStop, summarize
 
 SLO = parse_slo("ttft_p95=2,tpot_p95=150ms")
 WINDOW = WindowSettings(warmup_s=3, min_s=10, max_s=25, min_requests=40)
@@ -47,6 +47,16 @@ def test_the_stop_rule_ends_a_stalled_point_after_the_warmup_and_the_shortest_wi
     summary, _ = summarize(SLO, [], WINDOW, cut_starts=offsets[:55], closed_by=said)
     assert summary.verdict == "stall" and summary.reasons == [said]
     assert stop([req(0, 0.0)], 13.5) is None or not stop([req(0, 0.0)], 13.5).startswith("stall")
+
+
+def test_a_slow_server_is_not_stalled_before_its_first_request_could_have_finished():
+    """An idle request of 5 s (float32 on an AVX2 CPU) under a batch of 13 takes longer still:
+    no completion after 13.5 s is no stall yet; after 4 idle durations from the first send it is."""
+    offsets = [0.5 + i for i in range(100)]  # 1 req/s, the first at 0.5 s
+    stop = WindowStop(SLO, WINDOW, offsets, request_s=5.0)
+    assert stop([], 13.5) is None and stop([], 20.4) is None
+    assert stop([], 20.6).startswith("stall: no request finished in 21 s (21 sent)")
+    assert STALL_AFTER == 4.0
 
 
 def test_a_closed_loop_stall_does_not_count_sends_it_cannot_see():
