@@ -267,11 +267,11 @@ def decide(rows: list[Any]) -> Decision:
         band = [c for c in eligible if c.cell.goodput >= top / (1 + max(c.cell.tolerance for c in eligible))]
         best = min(band, key=_tie_key(band))
         ratio = best.cell.goodput / base_goodput if base_goodput > 0 else None
-        versus = (f"{ratio:.2f} x bf16 on vLLM defaults" if ratio is not None else
-                  "bf16 on vLLM defaults has no trusted capacity (quantkit's client was limited)"
+        versus = (f"{ratio:.2f} x the baseline on vLLM defaults" if ratio is not None else
+                  "the baseline on vLLM defaults has no trusted capacity (quantkit's client was limited)"
                   if baseline_cell is not None and baseline_cell.reason == "untrusted" else
-                  "bf16 on vLLM defaults has no capacity under this SLO" if baseline_cell is not None else
-                  "no bf16 baseline measured under this SLO")
+                  "the baseline on vLLM defaults has no capacity under this SLO" if baseline_cell is not None else
+                  "no baseline measured under this SLO")
         flags = (f"vLLM's defaults ({' '.join(best.cell.serve_args)})" if best.cell.config == "defaults"
                  and best.cell.serve_args else " ".join(best.cell.serve_args) or "vLLM's defaults")
         rec = "" if best.recovery is None else f", recovery {best.recovery:.3f}" + (

@@ -248,7 +248,7 @@ def decision_lines(report: Report, markdown: bool = False) -> list[str]:
         lines.append(f"capacity: {c.cell.load_text()}, {fmt(c.cell.goodput)} requests/s, "
                      f"{fmt(c.cell.output_tok_s)} output tokens/s within {c.cell.slo} ({c.cell.points} load points)")
         if d.ratio_vs_baseline is not None:
-            lines.append(f"vs bf16 on vLLM defaults under the same SLO: {d.ratio_vs_baseline:.2f} x "
+            lines.append(f"vs the baseline on vLLM defaults under the same SLO: {d.ratio_vs_baseline:.2f} x "
                          f"({fmt(d.baseline.goodput if d.baseline else None)} requests/s)")
         lines.append("accuracy recovery: " + (fmt_pm(c.recovery, c.recovery_stderr) + from_proxy(c)
                                               if c.recovery is not None else DASH) + f", gate: {c.gate or DASH}")

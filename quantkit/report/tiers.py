@@ -157,10 +157,10 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
     # what each ladder cannot tell under a tier, and the command that would cover it
     # (one note after another, each closed: joined by spaces they read as one run-on sentence)
     to_cover = "; ".join(f"{t.name}, {n.rstrip('. ')}" for t in tiers for n in t.notes)
-    return ("Capacity per SLO tier", ["tier", *names, "winner", "x bf16 (bracket)"], rows,
+    return ("Capacity per SLO tier", ["tier", *names, "winner", "x baseline (bracket)"], rows,
             f"Each variant's ladder on vLLM defaults judged again under each tier (nothing measured anew); a range "
             f"is a bracket wider than the search tolerance, 'not covered above' a tier the ladder's top still meets. "
-            f"x bf16: the winner's capacity over bf16's, lowest to highest as their brackets allow. To cover a tier: "
+            f"x baseline: the winner's capacity over the baseline's (served in the dtype of the environment table), lowest to highest as their brackets allow. To cover a tier: "
             f"`quantkit bench DIR --capacity --slo TIER` (its windows stretch to the requests a p99 needs), or the run "
             f"recipe's `capacity: {{span: [{', '.join(TIERS)}]}}`. "
             + (f"Not covered: {to_cover}. " if to_cover else "")
@@ -182,7 +182,7 @@ def tier_lines(tiers: list[TierResult]) -> list[str]:
         elif d is not None and d.recommended is not None:
             tie = " (a tie: see the notes)" if "tie within" in d.summary else ""
             out.append(f"under {t.name} ({t.slo}): {d.recommended.variant}{tie} at "
-                       f"{d.recommended.cell.load_text()}, {ratio_text(t.ratio_bracket)} bf16 on vLLM defaults")
+                       f"{d.recommended.cell.load_text()}, {ratio_text(t.ratio_bracket)} the baseline on vLLM defaults")
         else:
             states = sorted(set(t.coverage.values()))
             out.append(f"under {t.name} ({t.slo}): no recommendation, the ladders are {' / '.join(states)} there")

@@ -33,7 +33,7 @@ def test_highest_capacity_that_passes_the_gates_wins_with_its_ratio_to_bf16():
     assert d.status == "recommended"
     assert (d.recommended.variant, d.recommended.cell.config) == ("int8", "tuned")  # gptq is faster but fails
     assert d.ratio_vs_baseline == pytest.approx(2.5)
-    assert "--max-num-seqs 32" in d.summary and "2.50 x bf16" in d.summary
+    assert "--max-num-seqs 32" in d.summary and "2.50 x the baseline" in d.summary
     gptq = next(c for c in d.candidates if c.variant == "gptq")
     assert not gptq.eligible and "0.8 < 0.9" in gptq.why_not
 
@@ -159,7 +159,7 @@ def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
     assert "no trusted capacity" in d.candidates[0].why_not
     d = decide([row("baseline", c, recovery=1.0, gate="reference", baseline=True), row("int8", cell(2.0), recovery=0.99)])
     assert d.status == "recommended" and d.ratio_vs_baseline is None
-    assert "bf16 on vLLM defaults has no trusted capacity" in d.summary
+    assert "the baseline on vLLM defaults has no trusted capacity" in d.summary
 
     result = CapacityResult.model_construct(slo=SLO, settings=CapacitySettings(), capacity=None, bound=None,
                                             points=[SimpleNamespace(client_limited_reason=reason)],
