@@ -393,7 +393,7 @@ class RemoteServer:
         url = url.strip().rstrip("/")
         if not re.match(r"^https?://", url):
             raise UsageError(f"--url {url} must start with http:// or https://")
-        check_port(url)
+        check_url_port(url)
         if url.endswith("/v1"):
             url = url[: -len("/v1")]
         self.url = url
@@ -445,7 +445,7 @@ class RemoteServer:
         pass
 
 
-def check_port(url: str) -> None:
+def check_url_port(url: str) -> None:
     """A URL's port, when it names one, is 1-65535: `:99999`, `:0` or `:http` is one usage line
     (exit 2) here, not a connection error or a raw ValueError later."""
     parts = urllib.parse.urlsplit(url)
