@@ -23,27 +23,16 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 
+from fixtures.json_http import JsonHandler
 from fixtures.scripted_server import DONE, ScriptedServer, chunk, event, fake_vllm, models_answer, usage
 
 
 def _server(mode: str, model: str) -> ThreadingHTTPServer:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args) -> None:
-            pass
-
-        def _json(self, status: int, body: dict) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    class Handler(JsonHandler):
 
         def do_GET(self) -> None:  # noqa: N802
             self._json(200, {"object": "list", "data": [{"id": model, "object": "model"}]})
@@ -212,4 +201,5 @@ def test_a_model_list_over_its_cap_or_of_the_wrong_shape_is_refused_in_one_line(
     if started == "vllm":
         assert "is not answering as vLLM does" in last
     if kind == "huge":
-        assert int(sent.read_text()) < 12 << 20  # of 64 MB: the cap and a few socket buffers
+        # of 64 MB: the cap and a few socket buffers (no file: killed before its first piece went out)
+        assert (int(sent.read_text()) if sent.exists() else 0) < 12 << 20

@@ -15,11 +15,12 @@ import os
 import subprocess
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+from fixtures.json_http import JsonHandler
 
 SECRET = "pw-S3cr3tValue0123456789"
 
@@ -46,19 +47,7 @@ class BasicAuthServer:
     def _handler(self, model: str):
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def _json(self, status: int, body: dict) -> None:
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JsonHandler):
 
             def _allowed(self) -> bool:
                 ok = self.headers.get("Authorization") == server.expected
