@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.cpu import SERVED, SERVED_OVERRIDES
 from fixtures.groups import group_gone
 from fixtures.idle import wait_idle
 
@@ -51,12 +52,8 @@ def shared_server(bf16_server) -> VLLMServer:
 def quantized_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
     """The demo model as w4a16-rtn, converted once for the session; on an AVX2 CPU (which refuses
     4-bit weights: serve/hardware_fit.py) as W8A8-INT8 from 4 short calibration samples."""
-    from quantkit.machine import cpu_isa
     from quantkit.quantize import convert
-    from quantkit.serve.hardware_fit import scheme_refusal
 
-    rtn_served = scheme_refusal("W4A16", None, cpu_isa()) is None
-    method, overrides = ("w4a16-rtn", None) if rtn_served else ("int8", {"num_samples": 4, "seq_len": 32})
-    out = tmp_path_factory.mktemp("smollm2-quantized") / f"smollm2-135m-{method}"
-    convert(str(smollm2_dir), method, out, overrides=overrides)
+    out = tmp_path_factory.mktemp("smollm2-quantized") / f"smollm2-135m-{SERVED}"
+    convert(str(smollm2_dir), SERVED, out, overrides=SERVED_OVERRIDES)
     return out

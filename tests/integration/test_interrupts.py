@@ -21,6 +21,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.cpu import SERVED_ENTRY
 from fixtures.idle import served, wait_busy, wait_served
 from fixtures.trials import decisive, over_before
 
@@ -258,7 +259,7 @@ def test_sigterm_mid_run_then_resume(tiny_llama_dir, tmp_path):
 kind: run
 name: tiny
 model: {tiny_llama_dir}
-methods: [{{method: w4a16-rtn}}]
+methods: [{SERVED_ENTRY}]
 serve: {{enforce_eager: true, max_model_len: 512}}
 bench: {{concurrency: [1], input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
 eval: {{tasks: arc_easy, limit: 8}}

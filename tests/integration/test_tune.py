@@ -18,6 +18,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fixtures.cpu import SERVED, SERVED_OVERRIDES
 
 from quantkit.store import Store
 
@@ -140,7 +141,7 @@ def test_run_recipe_reports_the_recommended_deployment(tiny_llama_dir, tmp_path)
     home, report = tmp_path / "home", tmp_path / "report"
     home.mkdir()
     prebuilt = tmp_path / "tiny-rtn"
-    convert(str(tiny_llama_dir), "w4a16-rtn", prebuilt)
+    convert(str(tiny_llama_dir), SERVED, prebuilt, overrides=SERVED_OVERRIDES)
     path = recipe(tmp_path / "tiny.yaml", tiny_llama_dir, prebuilt)
     started = time.monotonic()
     # one variant per call, as a matrix split across machines would run: the store joins them
@@ -172,7 +173,7 @@ def test_run_recipe_reports_the_recommended_deployment(tiny_llama_dir, tmp_path)
         assert rows["baseline"]["capacity"]["reason"] == "untrusted" and decision["ratio_vs_baseline"] is None
         assert "no trusted capacity" in decision["summary"]
     assert decision["recommended"]["cell"]["command"].startswith("vllm serve ")
-    assert rows["rtn-prebuilt"]["method"] == "w4a16-rtn" and not rows["rtn-prebuilt"]["baseline"]
+    assert rows["rtn-prebuilt"]["method"] == SERVED and not rows["rtn-prebuilt"]["baseline"]
     assert rows["baseline"]["capacity"] is not None
     variant = rows["rtn-prebuilt"]
     if variant["capacity"]["reason"] == "untrusted" and variant["capacity"]["load"] is None:
