@@ -262,7 +262,7 @@ def test_the_demo_recipe_fits_the_cpu(fake_cpu, name):
 def test_the_fp32_demo_says_what_differs_from_the_demo():
     """Its description is the report's first note, so each difference must be named in it."""
     native, fp32 = load_run("demo"), load_run("demo-fp32")
-    assert [e.method for e in fp32.methods] == ["int8"]
+    assert [e.method for e in fp32.methods] == ["int8"] and fp32.eval.limit == 50
     assert (fp32.capacity.input_len, fp32.capacity.output_len) == (64, 32) != (native.capacity.input_len,
                                                                           native.capacity.output_len)
     assert str(fp32.slo) != str(native.slo) and fp32.capacity.tolerance > native.capacity.tolerance
