@@ -224,14 +224,13 @@ class WindowStop:
 
         s = self.settings
         warmup = effective_warmup(finished, s)
-        if self.offsets is not None:
-            sent = bisect.bisect_right(self.offsets, elapsed_s)
+        sent = bisect.bisect_right(self.offsets, elapsed_s) if self.offsets is not None else None
+        if sent is not None:
             self.series.append((elapsed_s, float(sent - len(finished))))
         if elapsed_s >= warmup + s.max_s:
             return f"the window reached its cap of {s.max_s:g} s"
         if elapsed_s < warmup + s.min_s or self.slo is None:
             return None
-        sent = bisect.bisect_right(self.offsets, elapsed_s) if self.offsets is not None else None
         if not finished:
             # a closed loop has sent its streams' first requests; an open one, two
             if (sent is None or sent >= 2) and elapsed_s >= self.stall_after_s:
@@ -239,7 +238,7 @@ class WindowStop:
             return None
         if self.offsets is not None:
             recent = [(t, n) for t, n in self.series if t >= warmup]
-            arrivals = bisect.bisect_right(self.offsets, elapsed_s) - bisect.bisect_left(self.offsets, warmup)
+            arrivals = sent - bisect.bisect_left(self.offsets, warmup)
             saturated, _ = saturation(recent, arrivals, elapsed_s - warmup)
             if saturated:
                 return saturated

@@ -160,7 +160,8 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
     return ("Capacity per SLO tier", ["tier", *names, "winner", "x baseline (bracket)"], rows,
             f"Each variant's ladder on vLLM defaults judged again under each tier (nothing measured anew); a range "
             f"is a bracket wider than the search tolerance, 'not covered above' a tier the ladder's top still meets. "
-            f"x baseline: the winner's capacity over the baseline's (served in the dtype of the environment table), lowest to highest as their brackets allow. To cover a tier: "
+            f"x baseline: the winner's capacity over the baseline's (served in the dtype of the environment table), "
+            f"lowest to highest as their brackets allow. To cover a tier: "
             f"`quantkit bench DIR --capacity --slo TIER` (its windows stretch to the requests a p99 needs), or the run "
             f"recipe's `capacity: {{span: [{', '.join(TIERS)}]}}`. "
             + (f"Not covered: {to_cover}. " if to_cover else "")
