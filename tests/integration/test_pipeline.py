@@ -189,6 +189,9 @@ def run_patched(home: Path, *args: str, **env: str) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+# a raising stage failing alone is unit-tested (test_stage_failures); make test's run with a failing
+# variant on real vLLM is the killed-and-resumed one above
+@pytest.mark.slow
 def test_a_bench_that_raises_fails_its_variant_and_the_matrix_goes_on(tiny_llama_dir, tmp_path):
     """It ended `quantkit run`: exit 1, no summary, no report, the next variant never ran."""
     home, report = tmp_path / "home", tmp_path / "report"
