@@ -28,6 +28,7 @@ from .errors import UsageError, did_you_mean
 from .files import PLAIN_NAME_RULE, is_plain_name
 from .evals.gates import Gates, GrowSettings
 from .measure.capacity import CapacitySettings
+from .measure.slo import Slo
 from .measure.tune import TuneSettings
 from .methods import METHODS
 from .numbers import MAX_TOKENS, Concurrency, Count, CountOrZero, Positive, Seed, Tokens
@@ -363,18 +364,17 @@ class ExecutorSettings(Strict):
     max_retries: int = Field(1, ge=0)
 
 
-def _slo_text(value: Any) -> str | None:
-    """A recipe's `slo:` as a string (`ttft_p95=1,tpot_p95=0.1`) or a mapping ({ttft_p95: 1, ...})."""
-    from .measure.slo import parse_slo
-
-    if value is None:
-        return None
+def _slo_text(value: Any) -> Any:
+    """A recipe's `slo:`, a string (`ttft_p95=1,tpot_p95=0.1`) or a mapping ({ttft_p95: 1, ...}), as
+    the Slo it names (parsed by Slo itself; its errors said as the recipe's)."""
+    if value is None or isinstance(value, Slo):
+        return value
     if isinstance(value, dict):
         value = ",".join(f"{k}={v}" for k, v in value.items())
     if not isinstance(value, str):
         raise ValueError("slo is a string like ttft_p95=1,tpot_p95=100ms or a mapping of the same terms")
     try:
-        return str(parse_slo(value))
+        return Slo.model_validate(value)
     except UsageError as exc:
         raise ValueError(exc.message.replace("--slo", "slo")) from None
 
@@ -394,19 +394,14 @@ class RunRecipe(Strict):
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     # capacity under an SLO on the `serve:` configuration (vLLM's defaults plus those flags), and
     # optionally the tuner's search for a better configuration; both need `slo:`
-    slo: str | dict[str, Any] | None = None
+    slo: Slo | None = None  # written as a string or a mapping of terms (_slo_text)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     tune: TuneSettings | None = None
 
-    @field_validator("slo")
+    @field_validator("slo", mode="before")
     @classmethod
-    def _valid_slo(cls, value: Any) -> str | None:
+    def _valid_slo(cls, value: Any) -> Any:
         return _slo_text(value)
-
-    def slo_object(self):
-        from .measure.slo import parse_slo
-
-        return parse_slo(self.slo) if self.slo else None
 
 
 def load_run(path: str | Path) -> RunRecipe:

@@ -92,7 +92,7 @@ class BenchRun(BaseModel):
     checkpoint: dict[str, Any] = Field(default_factory=dict)
     server: ServerInfo | None = None
     workload: dict[str, Any] = Field(default_factory=dict)
-    slo: str | None = None
+    slo: Slo | None = None
     hardware: dict[str, Any] = Field(default_factory=dict)
     points: list[BenchPoint] = Field(default_factory=list)
     knee: KneeResult | None = None
@@ -209,7 +209,7 @@ def run_bench(
     concurrency = check_loads(concurrency, rate, sweep, output_len)
     prompts = prompts or PromptSource(model_dir, input_len, seed=seed, dataset=dataset, api=api)
     run = BenchRun(
-        model_dir=str(model_dir), checkpoint=checkpoint_info(model_dir), slo=str(slo) if slo else None,
+        model_dir=str(model_dir), checkpoint=checkpoint_info(model_dir), slo=slo,
         hardware=hardware(),
         workload={"input_len": None if dataset else input_len, "output_len": output_len,
                   "dataset": str(dataset) if dataset else None, "api": api, "seed": seed,

@@ -141,7 +141,7 @@ class CapacityResult(BaseModel):
     model_name: str | None = None
     checkpoint: dict[str, Any] = Field(default_factory=dict)
     server: ServerInfo | None = None
-    slo: str
+    slo: Slo
     settings: CapacitySettings
     window: WindowSettings | None = None  # the window every point used (steady-state profiles)
     hardware: dict[str, Any] = Field(default_factory=dict)
@@ -153,7 +153,7 @@ class CapacityResult(BaseModel):
     complete: bool = False
     error: str | None = None
     spans: dict[str, Any] = Field(default_factory=dict)  # settings.span: each SLO's capacity, ceiling, reason
-    derived_from: str | None = None  # re-derived from a ladder measured under this SLO (ladder.py), not measured under `slo`
+    derived_from: Slo | None = None  # re-derived from a ladder measured under this SLO (ladder.py), not measured under `slo`
     coverage_note: str | None = None  # re-derived: what the ladder cannot tell under `slo`, and what to run
     path: str | None = None
 
@@ -297,7 +297,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     window = settings.window or profiles.default_window(gpu=gpus is not None)
     result = CapacityResult(
         model_dir=str(model_dir), model_name=server.model_name, checkpoint=checkpoint_info(model_dir),
-        server=server.info, slo=str(slo), settings=settings, window=window if profile.steady else None,
+        server=server.info, slo=slo, settings=settings, window=window if profile.steady else None,
         hardware=hardware(),
         path=str(unique_path(Path(out_dir) if out_dir else results_dir(model_dir), "capacity-", ".json", stamp())),
     )

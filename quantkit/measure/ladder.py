@@ -35,8 +35,8 @@ from .slo import Slo
 class Rederived(BaseModel):
     """A capacity re-derived from a ladder: the result (as a CapacityResult) and how well it is covered."""
 
-    slo: str
-    measured_under: str
+    slo: Slo
+    measured_under: Slo
     coverage: Coverage
     note: str | None = None  # what the ladder cannot tell, and what to run to cover it
     steps: list[LadderStep]
@@ -79,10 +79,10 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
     for p in points:  # the points as the report reads them: this SLO's verdict, without the requests
         s = by_load[p.x]
         goodput = s.met / max(p.duration_s, 1e-9) if s.met is not None else None
-        judged.append(p.model_copy(update={"samples": None, "slo": str(slo), "slo_met": s.state == "pass",
+        judged.append(p.model_copy(update={"samples": None, "slo": slo, "slo_met": s.state == "pass",
                                            "slo_violations": [] if s.state == "pass" else s.reasons,
                                            "slo_attainment": s.attainment, "goodput_req_s": goodput}))
-    out = result.model_copy(update={"slo": str(slo), "points": judged, "capacity": None, "bound": None, "path": None})
+    out = result.model_copy(update={"slo": slo, "points": judged, "capacity": None, "bound": None, "path": None})
     finish(out, search)
     note = _note(coverage, steps, capacity, ceiling, slo, profile, settings.tolerance,
                  model_dir or result.model_dir)
@@ -90,7 +90,7 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
         note = ((note + " ") if note else "") + ("ITL is judged on each request's stored ITL p50/p95/max, not its "
                                                  "every gap: an approximation.")
     out.derived_from, out.coverage_note = result.slo, note
-    return Rederived(slo=str(slo), measured_under=result.slo, coverage=coverage, note=note, steps=steps, result=out)
+    return Rederived(slo=slo, measured_under=result.slo, coverage=coverage, note=note, steps=steps, result=out)
 
 
 def _note(coverage: Coverage, steps: list[LadderStep], capacity: float | None, ceiling: float | None, slo: Slo,

@@ -6,7 +6,6 @@ seconds. A failed request is kept with its reason and counted; a point is never 
 
 from __future__ import annotations
 
-import math
 import re
 from collections import Counter
 from typing import Any, Literal
@@ -15,51 +14,10 @@ from pydantic import BaseModel, Field
 
 from ..numbers import MAX_SECONDS, Count, Seconds
 from . import load_kinds
+from .slo import Slo
+from .stats import METRICS, STATS, Stats, percentile  # noqa: F401 (point.X for callers)
 
 SCHEMA_VERSION = 1
-METRICS = ("ttft", "itl", "tpot", "e2e")
-STATS = ("mean", "p50", "p90", "p95", "p99")
-
-# --------------------------------------------------------------------------------------------
-# Statistics
-
-
-def percentile(values: list[float], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default, which `vllm bench serve` uses)."""
-    if not values:
-        raise ValueError("percentile of no values")
-    data = sorted(values)
-    pos = (len(data) - 1) * q / 100.0
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(data) - 1)
-    return data[lo] + (data[hi] - data[lo]) * (pos - lo)
-
-
-class Stats(BaseModel):
-    """Seconds."""
-
-    n: int
-    mean: float
-    p50: float
-    p90: float
-    p95: float
-    p99: float
-    min: float
-    max: float
-
-    @classmethod
-    def of(cls, values: list[float]) -> "Stats | None":
-        if not values:
-            return None
-        return cls(
-            n=len(values), mean=sum(values) / len(values),
-            p50=percentile(values, 50), p90=percentile(values, 90), p95=percentile(values, 95),
-            p99=percentile(values, 99), min=min(values), max=max(values),
-        )
-
-    def get(self, stat: str) -> float:
-        return getattr(self, stat)
-
 
 
 def token_timeline(start: float, first_choice: float | None, read_times, read_counts, exact: bool,
@@ -250,7 +208,7 @@ class BenchPoint(BaseModel):
     tpot: Stats | None = None
     e2e: Stats | None = None
     max_in_flight: int = 0
-    slo: str | None = None
+    slo: Slo | None = None
     slo_met: bool | None = None
     slo_violations: list[str] = Field(default_factory=list)
     goodput_req_s: float | None = None  # requests/s that met every SLO term on their own

@@ -10,23 +10,29 @@ An SLO has two parts (the definitions the report prints, `SLO_DEFINITION`):
   its inter-token gaps); a failed request meets none. Optional: without it, the bounds decide.
 A point meets the SLO when it meets every bound, reaches the attainment target, and no request
 failed. Goodput = the requests/s (and output tokens/s) of the requests that met every bound.
+
+`Slo` is the one type every seam carries (results, points, tiers, recipes, run keys): it is stored
+and printed as its canonical text (`ttft_p95=0.5,tpot_p95=0.05`), read back from that text by the
+one parser here (`parse_slo`), and compared and hashed by value.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
 
 from ..errors import UsageError, did_you_mean
 from ..numbers import MAX_SECONDS
-from .point import METRICS, STATS, Stats, percentile
+from .stats import METRICS, STATS, Stats, percentile
 
 if TYPE_CHECKING:
     from .point import BenchPoint, RequestResult
 
 class SloTerm(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
     metric: Literal["ttft", "itl", "tpot", "e2e"]
     stat: Literal["mean", "p50", "p90", "p95", "p99"]
     limit_s: float
@@ -46,8 +52,33 @@ SLO_DEFINITION = (
 
 
 class Slo(BaseModel):
-    terms: list[SloTerm]
+    model_config = ConfigDict(frozen=True)
+
+    terms: tuple[SloTerm, ...]
     attainment: float | None = None  # share of requests that must meet every term; None: not required
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text(cls, value: Any) -> Any:
+        """A stored or typed SLO is its text: parsed here, by the one parser."""
+        if isinstance(value, str):
+            parsed = parse_slo(value)
+            if parsed is None:
+                raise ValueError("an empty SLO")
+            return {"terms": parsed.terms, "attainment": parsed.attainment}
+        return value
+
+    @model_serializer
+    def _as_text(self) -> str:
+        return str(self)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Slo):
+            return NotImplemented  # never equal to its text: compare Slo with Slo
+        return str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
 
     def __str__(self) -> str:
         text = ",".join(f"{t.key}={t.limit_s:g}" for t in self.terms)
@@ -90,7 +121,7 @@ class Slo(BaseModel):
     def judge(self, point: "BenchPoint", results: list["RequestResult"]) -> "BenchPoint":
         """Set the point's SLO verdict: the terms it breaks (failed requests break it too) and its
         goodput, the requests/s that met every term on their own."""
-        point.slo = str(self)
+        point.slo = self
         point.slo_violations = self.violations(point)
         point.slo_attainment = self.share_met(results)
         if self.attainment is not None and (point.slo_attainment or 0.0) < self.attainment:
@@ -175,4 +206,4 @@ def parse_slo(text: str | None) -> Slo | None:
     if not terms:
         what = "empty --slo" if attainment is None else "--slo needs at least one latency bound"
         raise UsageError(f"{what}; {_SLO_SYNTAX}")
-    return Slo(terms=terms, attainment=attainment)
+    return Slo(terms=tuple(terms), attainment=attainment)

@@ -16,14 +16,14 @@ from .slo import Slo, parse_slo
 @dataclass(frozen=True)
 class Tier:
     name: str
-    slo: str
+    slo: Slo
     source: str
 
 
 TIERS: dict[str, Tier] = {t.name: t for t in (
-    Tier("mlperf-server", "ttft_p99=2,tpot_p99=100ms",
+    Tier("mlperf-server", Slo.model_validate("ttft_p99=2,tpot_p99=100ms"),
          "MLPerf Inference v5.1, Llama-3.1-8B, Server scenario latency constraints"),
-    Tier("interactive", "ttft_p99=0.5,tpot_p99=30ms",
+    Tier("interactive", Slo.model_validate("ttft_p99=0.5,tpot_p99=30ms"),
          "MLPerf Inference v5.1, Llama-3.1-8B, Interactive scenario latency constraints"),
 )}
 
@@ -32,7 +32,7 @@ def resolve(item: str) -> tuple[str, Slo]:
     """A tier name or an SLO string as (label, Slo); the label is the tier's name or the SLO itself."""
     tier = TIERS.get(item.strip())
     if tier is not None:
-        return tier.name, parse_slo(tier.slo)
+        return tier.name, tier.slo
     try:
         slo = parse_slo(item)
     except UsageError as exc:

@@ -82,7 +82,7 @@ class TuneResult(BaseModel):
     kind: str = "quantkit.tune"
     model_dir: str
     study: str
-    slo: str
+    slo: Slo
     settings: TuneSettings
     capacity: CapacitySettings
     space: dict[str, list[Any]]
@@ -320,7 +320,7 @@ def _tell(opt, trial, t: Trial) -> None:
 def summarize_study(model_dir: Path, study: str, slo: Slo, settings: TuneSettings, capacity: CapacitySettings,
                     space: dict[str, list[Any]], base: ServeConfig, trials: list[Trial], starts: int,
                     seconds: float) -> TuneResult:
-    result = TuneResult(model_dir=str(model_dir), study=study, slo=str(slo), settings=settings, capacity=capacity,
+    result = TuneResult(model_dir=str(model_dir), study=study, slo=slo, settings=settings, capacity=capacity,
                         space=space, base=base.changed(), trials=trials, server_starts=starts,
                         wall_time_s=round(seconds, 1))
     result.defaults = next((t for t in trials if all(v is None for v in t.params.values())), None)

@@ -52,7 +52,7 @@ class Measure:
 
 
 def capacity_key(ctx: "KeyContext", fingerprint: str) -> str:
-    return run_key("capacity", checkpoint=fingerprint, slo=ctx.plan.slo, capacity=keyed(ctx.plan.capacity),
+    return run_key("capacity", checkpoint=fingerprint, slo=str(ctx.plan.slo), capacity=keyed(ctx.plan.capacity),
                    serve=keyed(ctx.plan.serve), vllm=ctx.vllm, **ctx.common)
 
 
@@ -70,7 +70,7 @@ def _eval_key(ctx: "KeyContext", fingerprint: str) -> str:
 def _run_capacity(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:
     from ..measure.capacity import run_capacity
 
-    result = run_capacity(server, folder, plan.slo_object(), plan.capacity, label=label,
+    result = run_capacity(server, folder, plan.slo, plan.capacity, label=label,
                           on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
     rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
 
@@ -95,7 +95,7 @@ def _run_eval(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHa
 
 
 CAPACITY = Measure("capacity", wanted=lambda plan: plan.slo is not None, key=capacity_key,
-                   extra=lambda plan: {"slo": plan.slo}, run=_run_capacity)
+                   extra=lambda plan: {"slo": str(plan.slo)}, run=_run_capacity)
 BENCH = Measure("bench", wanted=lambda plan: plan.bench is not None, key=_bench_key,
                 extra=lambda plan: {}, run=_run_bench)
 # the gates travel with the eval so that `quantkit push` can apply the recipe's own gates later

@@ -245,7 +245,7 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
     from ..measure import tune
 
     plan = ctx.plan
-    slo = plan.slo_object()
+    slo = plan.slo
     space = tune.resolve_space(plan.tune, model_dir=folder)
     study = tune.study_key(folder, slo, plan.capacity, plan.tune, space, plan.serve, ctx.vllm, ctx.common)
     key = run_key("tune", study=study, budget=plan.tune.budget)
@@ -257,7 +257,7 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
     seed = _base_trial(base, space, folder, plan) if base is not None else None
     # the workload (capacity, slo) in the params: the report compares tunes within one
     params = stage_kind("tune").params(folder, checkpoint.fingerprint(folder), plan.serve, plan.tune, study=study,
-                                       slo=plan.slo, capacity=plan.capacity.model_dump(mode="json"))
+                                       slo=str(plan.slo), capacity=plan.capacity.model_dump(mode="json"))
     t0 = time.monotonic()
     try:
         with store.stage(key, "tune", ctx.model.name, label, params) as rec:

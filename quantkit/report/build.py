@@ -33,6 +33,7 @@ from ..evals.gates import overall_verdict
 from ..measure import load_kinds
 from ..measure.bench import BenchWorkload
 from ..measure.point import OVERLOADED
+from ..measure.slo import Slo
 from ..serve.config import args_of, parallel_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
@@ -228,7 +229,7 @@ class Report(BaseModel):
     plots: list[PlotInfo] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     baseline_provenance: str | None = None  # what the baseline is, when it is not the original release
-    slo: str | None = None
+    slo: Slo | None = None
     slo_definition: str | None = None
     decision: Decision | None = None  # the recommended deployment (report/decision.py)
     tiers: list[TierResult] = Field(default_factory=list)  # each SLO tier's capacities and decision (tiers.py)

@@ -17,7 +17,6 @@ from ..errors import UsageError
 from ..measure import profiles
 from ..measure.capacity import CapacityResult
 from ..measure.ladder import rederive
-from ..measure.slo import parse_slo
 from ..measure.tiers import TIERS
 from ..store import Store
 from . import records
@@ -57,10 +56,10 @@ def capacity_lines(store: Store, ev: Any, measured: CapacityCell | None) -> list
     points = store.points(ev.stages["capacity"].id)
     for tier in TIERS.values():  # each tier's cell as the report's tier table has it (report/tiers.py)
         try:
-            derived = rederive(result, points, parse_slo(tier.slo), model_dir=str(ev.checkpoint))
+            derived = rederive(result, points, tier.slo, model_dir=str(ev.checkpoint))
         except UsageError:
             break
-        if str(parse_slo(tier.slo)) == result.slo:
+        if tier.slo == result.slo:
             continue
         rows.append(_row(f"{tier.name}: {derived.slo}", capacity_cell(derived.result), profile, derived.coverage))
     out += ["", *markdown_table(["SLO", "capacity", "goodput (req/s)", "output tok/s", "in flight"], rows), ""]

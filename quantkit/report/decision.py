@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from ..measure import load_kinds, profiles
+from ..measure.slo import Slo
 
 ELIGIBLE_GATES = ("pass", "reference", "no gates")
 
@@ -32,7 +33,7 @@ class CapacityCell(BaseModel):
     """One configuration's capacity under the SLO, as the report shows it."""
 
     config: Literal["defaults", "tuned"]
-    slo: str
+    slo: Slo | None = None  # None only for a result stored without one
     profile: str = "concurrency"
     load: float | None = None  # None: the SLO failed at the lowest load
     reason: str | None = None  # the search's: bracketed | max_reached | below_min | untrusted
@@ -102,7 +103,7 @@ def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaul
     serve_config = server.serve_config if server is not None else None
     load = cap.load if cap is not None else None
     cell = CapacityCell(
-        config=config, slo=result.slo or "", profile=_profile(settings, "burst"),
+        config=config, slo=result.slo, profile=_profile(settings, "burst"),
         load=load, reason=search.reason if search is not None else None,
         ceiling=search.ceiling if search is not None and cap is not None else None,
         edge=_edge(load, search),
@@ -168,7 +169,7 @@ def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
     command = mask_text(best.command) if best.command else None  # a store written before masking
     flags = (command or "").split()[3:]
     return CapacityCell(
-        config="tuned", slo=tune.slo or slo or "", profile=_profile(settings, profile),
+        config="tuned", slo=tune.slo or slo, profile=_profile(settings, profile),
         load=cap.load if cap else best.capacity_load, reason="bracketed", req_s=cap.req_s if cap else None,
         output_tok_s=cap.output_tok_s if cap else None, goodput_req_s=best.value,
         in_flight=cap.concurrency if cap else None,
@@ -195,7 +196,7 @@ class Candidate(BaseModel):
 
 class Decision(BaseModel):
     status: Literal["recommended", "none_meets_slo", "none_passes_gates", "no_capacity"]
-    slo: str | None = None
+    slo: Slo | None = None
     summary: str
     recommended: Candidate | None = None
     ratio_vs_baseline: float | None = None  # goodput at capacity / the baseline's on vLLM defaults
@@ -258,7 +259,7 @@ def decide(rows: list[Any]) -> Decision:
     notes += _proxy_notes(candidates)
     slos = {c.cell.slo for c in candidates}
     if len(slos) > 1:
-        notes.append(f"capacities were measured under different SLOs ({'; '.join(sorted(slos))}): not comparable")
+        notes.append(f"capacities were measured under different SLOs ({'; '.join(sorted(map(str, slos)))}): not comparable")
     eligible = [c for c in candidates if c.eligible]
     meeting = [c for c in candidates if c.cell.load is not None]
     base_goodput = baseline_cell.goodput if baseline_cell is not None else 0.0

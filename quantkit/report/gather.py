@@ -27,6 +27,7 @@ from .. import settings
 from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
 from ..safeload import read_json
+from ..measure.slo import Slo
 from ..files import is_path_name, resolved
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
@@ -41,7 +42,7 @@ M = TypeVar("M", bound=BaseModel)
 Workload = tuple[Any, Any, Any, Any]  # (profile, input_len, output_len, slo)
 
 
-def workload_from(capacity: Any, slo: str | None) -> Workload:
+def workload_from(capacity: Any, slo: Slo | None) -> Workload:
     """The workload of capacity settings (a CapacitySettings, or one stored: records.StoredWorkload)
     under an SLO."""
     return (profiles.canonical(capacity.profile), capacity.input_len, capacity.output_len, slo)
@@ -188,13 +189,12 @@ def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
     its own SLO (measure/ladder.py), so the figures are its ladder's, never a finished search's
     claim; None when it kept no result or no steady-state points (a burst)."""
     from ..measure.ladder import rederive
-    from ..measure.slo import parse_slo
 
     if not record.result or not (points := store.points(record.id)):
         return None
     try:
         result = CapacityResult.model_validate(record.result)  # whole, as rederive judges it
-        return rederive(result, points, parse_slo(result.slo or "")).result
+        return rederive(result, points, result.slo).result
     except (UsageError, ValueError):  # pydantic's ValidationError too: a result rederive could not judge
         return None
 
@@ -242,7 +242,7 @@ def environment(variants: list[Variant]) -> dict[str, Any]:
 
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
-            workload: tuple | None = None, accuracy_from: str | None = None, slo: Any = None,
+            workload: tuple | None = None, accuracy_from: str | None = None, slo: Slo | None = None,
             stored_gates: bool = True, price_per_hour: float | None = None, about: str | None = None) -> dict[str, Any]:
     """The report of a model's stored results; `slo` (a measure.slo.Slo) re-derives every capacity
     under it from the stored ladders (ladders.py) instead of showing the SLO they were measured under.

@@ -20,7 +20,7 @@ from .records import as_model
 
 def apply_slo(store: Store, by_variant: dict[str, dict[str, Record]], variants: list[Variant], slo: Slo) -> list[str]:
     """Replace each variant's capacity with its ladder's under `slo`; the report's notes about it."""
-    measured: set[str] = set()
+    measured: set[Slo] = set()
     notes: list[str] = []
     for v in variants:
         record = by_variant.get(v.name, {}).get("capacity")
@@ -28,7 +28,7 @@ def apply_slo(store: Store, by_variant: dict[str, dict[str, Record]], variants: 
             continue
         result = as_model(CapacityResult, v.capacity)  # judged again whole: the strict model
         measured.add(result.slo)
-        if result.slo == str(slo):
+        if result.slo == slo:
             continue  # measured under S itself
         try:
             derived = rederive(result, store.points(record.id), slo, model_dir=v.model_dir or None)
@@ -39,11 +39,11 @@ def apply_slo(store: Store, by_variant: dict[str, dict[str, Record]], variants: 
         v.capacity = derived.result
         if derived.note:
             notes.append(f"{v.name}: {derived.note}")
-        if v.tune is not None and v.tune.slo != str(slo):
+        if v.tune is not None and v.tune.slo != slo:
             notes.append(f"{v.name}: its tuned configuration was searched under {v.tune.slo} and is not shown "
                          f"under {slo}")
             v.tune = None
-    if measured - {str(slo)}:
+    if measured - {slo}:
         notes.insert(0, f"Capacity under {slo} is re-derived from the stored ladders, measured under "
-                        f"{', '.join(sorted(measured))}: every point's window judged again, nothing measured anew.")
+                        f"{', '.join(sorted(map(str, measured)))}: every point's window judged again, nothing measured anew.")
     return notes

@@ -154,7 +154,6 @@ def _latency_vs_offered_load(ax_ttft, ax_tpot, report: "Report") -> None:
     every limit of the measured SLO and the tiers drawn as a horizontal line, so a reader sees where
     each precision stops."""
     from ..measure.point import OVERLOADED
-    from ..measure.slo import parse_slo
 
     colors = _colors(report)
     for r in report.rows:
@@ -171,7 +170,7 @@ def _latency_vs_offered_load(ax_ttft, ax_tpot, report: "Report") -> None:
                             label=f"{r.name} {q}")
     limits: dict[tuple[str, float], list[str]] = {}
     for t in report.tiers:
-        for term in parse_slo(t.slo).terms:
+        for term in t.slo.terms:
             if term.metric in ("ttft", "tpot"):
                 limits.setdefault((term.metric, term.limit_s), []).append(f"{t.name} {term.stat}")
     for (metric, limit), names in limits.items():

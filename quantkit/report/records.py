@@ -36,6 +36,7 @@ from ..machine import Hardware
 from ..measure.bench import BenchRun, BenchWorkload
 from ..measure.capacity import CapacityFigures, CapacityResult
 from ..measure.point import BenchPoint
+from ..measure.slo import Slo
 from ..measure.tune import Trial, TuneResult
 from ..recipe import StoredRecipe
 from ..store import Record
@@ -63,7 +64,10 @@ SHAPES: dict[tuple[type[BaseModel], str], type[BaseModel]] = {
 
 
 def _swap(annotation: Any) -> Any:
-    """The annotation with every BaseModel in it replaced by its tolerant form."""
+    """The annotation with every BaseModel in it replaced by its tolerant form (but a value type such
+    as Slo, stored as its text: it is whole or invalid)."""
+    if annotation is Slo:
+        return annotation
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return tolerant(annotation)
     origin, args = get_origin(annotation), get_args(annotation)
@@ -146,7 +150,7 @@ class Params(BaseModel):
     """A record's params (store/kinds.StageKind.params) as the report and push read them."""
 
     checkpoint: str | None = None  # the folder measured
-    slo: str | None = None
+    slo: Slo | None = None
     capacity: StoredWorkload | None = None
     gates: Gates | None = None  # an eval's: the recipe's gates it ran with
 

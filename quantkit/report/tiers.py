@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from ..errors import UsageError
 from ..measure.capacity import CapacityResult
 from ..measure.ladder import rederive
-from ..measure.slo import parse_slo
+from ..measure.slo import Slo
 from ..measure.tiers import TIERS
 from ..store import Record, Store
 from .decision import CapacityCell, Decision, capacity_cell, decide
@@ -26,7 +26,7 @@ DASH = "—"
 
 class TierResult(BaseModel):
     name: str
-    slo: str
+    slo: Slo
     source: str
     cells: dict[str, CapacityCell | None] = Field(default_factory=dict)  # variant -> capacity on vLLM defaults
     coverage: dict[str, str] = Field(default_factory=dict)  # variant -> bracketed | coarse | above | below | ...
@@ -58,8 +58,8 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
     ladders = {v.name: store.points(rec.id) for v in variants
                if v.capacity is not None and (rec := by_variant.get(v.name, {}).get("capacity")) is not None}
     for tier in TIERS.values():
-        slo = parse_slo(tier.slo)
-        result = TierResult(name=tier.name, slo=str(slo), source=tier.source)
+        slo = tier.slo
+        result = TierResult(name=tier.name, slo=slo, source=tier.source)
         lowest: dict[str, float] = {}  # a ladder that starts above the tier's capacity: its lowest load
         for v in variants:
             if v.name not in ladders:
@@ -75,7 +75,7 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
                 lowest[v.name] = derived.steps[0].load
             if derived.note:
                 result.notes.append(f"{v.name}: {derived.note}")
-        if not result.cells or all(c.slo == str(slo) for c in measured.values()):
+        if not result.cells or all(c.slo == slo for c in measured.values()):
             continue  # no ladder, or the tier is the SLO measured
         tier_rows = [r.model_copy(update={"capacity": result.cells.get(r.name), "capacity_tuned": None}) for r in rows]
         result.decision = decide(tier_rows)

@@ -56,7 +56,7 @@ def test_a_covered_slo_is_re_derived_from_the_ladders_without_measuring(store, t
     result = compare(store, model="m", out_dir=tmp_path / "r", slo=parse_slo("ttft_p95=0.5"))
     got = cells(result)
     assert (got["baseline"].load, got["baseline"].ceiling, got["int8"].load, got["int8"].ceiling) == (4, 4.4, 5, 5.5)
-    assert got["int8"].slo == "ttft_p95=0.5" and not got["int8"].coarse
+    assert str(got["int8"].slo) == "ttft_p95=0.5" and not got["int8"].coarse
     notes = result["report"].notes
     assert any("re-derived from the stored ladders, measured under ttft_p95=100" in n for n in notes)
     d = result["report"].decision
@@ -180,7 +180,7 @@ def test_a_tier_whose_rival_ladder_begins_above_the_winner_is_inconclusive():
     from quantkit.report.decision import Candidate, CapacityCell, Decision
     from quantkit.report.tiers import _open_rivals
 
-    won = Candidate(variant="baseline", method="bf16", cell=CapacityCell(config="defaults", slo="s", load=30.0))
+    won = Candidate(variant="baseline", method="bf16", cell=CapacityCell(config="defaults", slo="ttft_p95=1", load=30.0))
     d = Decision(status="recommended", summary="deploy baseline", recommended=won)
     # fp8's ladder began at 40 (breaks the tier): its capacity lies below 40, perhaps above 30
     assert _open_rivals(d, {"fp8": 40.0}) == {"fp8": "its ladder begins at 40, above baseline's 30"}

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
+from quantkit.measure.slo import Slo
 from quantkit.report.gather import compare, parse_workload, pick_workload, workload_of
 from quantkit.store import Store
 
@@ -57,7 +58,7 @@ def test_a_named_workload_compares_its_own_records(store, tmp_path):
     assert decision.ratio_vs_baseline == pytest.approx(41.53 / 26.0, rel=0.01)
     # a recipe's report asks for its whole workload (profile, lengths, SLO)
     full = compare(store, model="llama8b-random", out_dir=tmp_path / "r2",
-                   workload=("burst", 512, 256, "ttft_p95=1,tpot_p95=0.05"))  # measured as waves: migrated to burst
+                   workload=("burst", 512, 256, Slo.model_validate("ttft_p95=1,tpot_p95=0.05")))  # measured as waves: migrated to burst
     assert rows(full)["fp8"].capacity.load == 111
 
 

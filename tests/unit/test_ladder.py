@@ -19,7 +19,7 @@ def test_a_tighter_slo_finds_the_pass_below_the_first_failure():
     out = rederive(result, stored, parse_slo("ttft_p95=0.5"))
     # TTFT p95 at 4 req/s is under 0.48 s, at 4.4 req/s over 0.5 s
     assert (out.coverage, out.result.capacity.load, out.result.search.ceiling) == ("bracketed", 4, 4.4)
-    assert out.result.slo == "ttft_p95=0.5" and out.result.derived_from == "ttft_p95=100"
+    assert str(out.result.slo) == "ttft_p95=0.5" and str(out.result.derived_from) == "ttft_p95=100"
     assert out.note is None
     assert [s.state for s in out.steps] == ["pass", "pass", "pass", "fail", "fail"]
     assert out.result.points[3].slo_met is False and out.result.points[3].samples is None

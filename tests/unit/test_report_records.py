@@ -42,7 +42,7 @@ def test_variant_fields_are_typed_from_dicts_and_strict_models_alike():
         v = R.Variant(name="b", method="bf16", model_dir="/m", bench=given)
         assert isinstance(v.bench, BenchRun) and type(v.bench) is records.Bench
     v.capacity = {"slo": "ttft_p95=1"}  # assignment is validated too (ladders.py, proxy.py assign)
-    assert type(v.capacity) is records.Capacity and v.capacity.slo == "ttft_p95=1"
+    assert type(v.capacity) is records.Capacity and str(v.capacity.slo) == "ttft_p95=1"
 
 
 def test_as_model_gives_the_strict_model_or_fails_when_a_field_is_missing():
@@ -88,7 +88,7 @@ def test_a_record_s_params_are_read_typed():
 
     # capacity settings stored before profiles had names were a burst
     old = records.params(record("capacity", {"capacity": {"input_len": 512, "output_len": 256}, "slo": "ttft_p95=1"}))
-    assert (old.capacity.profile, old.capacity.input_len, old.slo) == ("burst", 512, "ttft_p95=1")
+    assert (old.capacity.profile, old.capacity.input_len, str(old.slo)) == ("burst", 512, "ttft_p95=1")
     gated = record("eval", {"checkpoint": "/m", "gates": {"min_recovery": 0.9, "min_task_recovery": None, "tasks": {}}})
     assert records.params(gated).checkpoint == "/m" and records.gates_of(gated) == {"min_recovery": 0.9}
     assert records.gates_of(record("eval", {})) == {}

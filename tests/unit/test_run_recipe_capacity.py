@@ -14,7 +14,7 @@ RUNS = Path(__file__).resolve().parents[2] / "recipes" / "runs"
 
 def test_demo_tune_reuses_every_stage_of_the_demo():
     demo, tuned = load_run(RUNS / "demo.yaml"), load_run(RUNS / "demo-tune.yaml")
-    assert demo.slo == tuned.slo == "ttft_p95=2,tpot_p95=0.15" and demo.tune is None and tuned.tune.budget == 3
+    assert demo.slo == tuned.slo and str(demo.slo) == "ttft_p95=2,tpot_p95=0.15" and demo.tune is None and tuned.tune.budget == 3
     # the fields that make run keys (conversions, capacity, evals) are the same: demo-tune only adds tuning
     for field in ("model", "baseline", "methods", "serve", "bench", "eval", "capacity", "slo"):
         assert getattr(demo, field) == getattr(tuned, field), field
@@ -29,7 +29,7 @@ def write(tmp_path: Path, body: str) -> Path:
 def test_slo_as_a_mapping_and_a_checkpoint_variant(tmp_path):
     plan = load_run(write(tmp_path, "slo: {ttft_p95: 1, tpot_p95: 50ms, attainment: 0.9}\n"
                                     "methods:\n  - name: awq-hub\n    checkpoint: org/Model-AWQ\n"))
-    assert plan.slo == "ttft_p95=1,tpot_p95=0.05,attainment=0.9"
+    assert str(plan.slo) == "ttft_p95=1,tpot_p95=0.05,attainment=0.9"
     assert plan.methods[0].label() == "awq-hub" and plan.methods[0].method is None
     from quantkit.pipeline.checks import check_plan
 

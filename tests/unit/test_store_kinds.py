@@ -99,7 +99,7 @@ def test_measurement_keys_and_params_are_what_they_were(tmp_path):
                                                     "gates": plan.gates.model_dump()}
     plan = RunRecipe(name="t", model="m", slo="ttft_p95=1")
     assert stage_kind("capacity").load_runner().params(plan, tmp_path, "fp") == {
-        **base, "capacity": plan.capacity.model_dump(), "slo": plan.slo}
+        **base, "capacity": plan.capacity.model_dump(), "slo": "ttft_p95=1"}
     assert stage_kind("bench").load_runner().params(plan, tmp_path, "fp") == {**base, "bench": plan.bench.model_dump()}
 
 
@@ -164,7 +164,7 @@ def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_di
     assert calls[1][2:] == ((1, 2), 16) and calls[2][2] == "prepared arc_easy"
     assert [(o.kind, o.status) for o in summary.outcomes] == [("capacity", "done"), ("bench", "done"), ("eval", "done")]
     base = {"checkpoint": str(tmp_path), "fingerprint": "fp", "serve": plan.serve.model_dump()}
-    assert records["capacity"].params == {**base, "capacity": plan.capacity.model_dump(), "slo": plan.slo}
+    assert records["capacity"].params == {**base, "capacity": plan.capacity.model_dump(), "slo": "ttft_p95=1"}
     assert records["bench"].params == {**base, "bench": plan.bench.model_dump()}
     assert records["eval"].params == {**base, "eval": plan.eval.model_dump(), "gates": plan.gates.model_dump()}
     assert {k: r.result["kind"] for k, r in records.items()} == {k: f"quantkit.{k}" for k in records}
@@ -188,7 +188,7 @@ def test_stored_run_keys_stay_what_they_are(monkeypatch):
     assert measure_keys(ctx, "sha256:fp") == [("capacity", "428f7cf23eb1743958c1"), ("bench", "3f3f8cbccd78b5f8ab97"),
                                               ("eval", "339fa5d102801b87497e")]
     monkeypatch.setattr("quantkit.checkpoint.fingerprint", lambda folder: "sha256:fp")
-    study = tune.study_key(Path("/m"), plan.slo_object(), plan.capacity, plan.tune, {"max_num_seqs": [64, 128]},
+    study = tune.study_key(Path("/m"), plan.slo, plan.capacity, plan.tune, {"max_num_seqs": [64, 128]},
                            plan.serve, "0.32.0", common)
     assert (study, run_key("tune", study=study, budget=3)) == ("4de844ef2c44c05a731f", "19a80706c4ca70270ae3")
 
