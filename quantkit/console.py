@@ -2,7 +2,7 @@
 
 Every command goes through `run_command`: it calls one library function, prints its result as a
 human table or as JSON (`--json`), and turns a QuantkitError (or Ctrl-C) into one line on stderr
-and the exit code of DESIGN.md. A traceback is shown only with QUANTKIT_DEBUG=1.
+and the exit code of docs/GUIDE.md. A traceback is shown only with QUANTKIT_DEBUG=1.
 
 While a library works (llm-compressor, lm-eval, transformers, datasets), `library_output()` sends
 everything written to file descriptors 1 and 2 (loguru, logging, tqdm bars, print, C code) to the

@@ -1,6 +1,6 @@
 """The exceptions quantkit raises on purpose, each mapped to one line and an exit code.
 
-Exit codes (DESIGN.md): 0 ok, 1 failure, 2 usage (bad input the user can fix), 3 a gate failed,
+Exit codes (docs/GUIDE.md, "Conventions"): 0 ok, 1 failure, 2 usage (bad input the user can fix), 3 a gate failed,
 4 a gate is inconclusive (its confidence interval straddles the threshold: more items decide it;
 a failed gate elsewhere in the same run takes precedence, 3).
 """

@@ -111,7 +111,7 @@ class CpuIsa(BaseModel):
     @property
     def native_bf16(self) -> bool:
         """bf16 arithmetic in hardware; elsewhere every bf16 operation is emulated (AVX2: a matmul
-        ~40-80x slower than float32, FIELD-NOTES 12-05)."""
+        ~40-80x slower than float32, docs/DESIGN.md)."""
         return self.name in NATIVE_BF16
 
     @property

@@ -128,7 +128,7 @@ def convert_gguf(gguf: Path, target: Path) -> Path:
     """Dequantize a GGUF file into a bf16 safetensors checkpoint with tokenizer and chat template.
 
     transformers loads GGUF but refuses to save it (the model carries a GGUF quantizer), and its
-    GGUF tokenizer comes out with eos = <|im_start|>; both are repaired here (FIELD-NOTES.md).
+    GGUF tokenizer comes out with eos = <|im_start|>; both are repaired here (docs/DESIGN.md, "What was seen").
     """
     from .console import library_output, step
 

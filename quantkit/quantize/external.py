@@ -187,7 +187,7 @@ class GPTQModelBackend(ExternalBackend):
     # seen here: 149 s of AWQ calibration on the 2-layer cut, then "ValueError: AWQ: CUDA is not available."
     gpu_only_methods = {"awq": "GPTQModel 7.6 packs AWQ weights only with CUDA kernels (it fails after the whole "
                                "calibration); on a CPU use --backend autoawq or the default llmcompressor"}
-    # 7.6.0 is the newest GPTQModel whose requirements resolve with CPU torch 2.13.0 (FIELD-NOTES);
+    # 7.6.0 is the newest GPTQModel whose requirements resolve with CPU torch 2.13.0 (docs/DESIGN.md, "What was seen");
     # on 2 cores its loader pool needs GPTQMODEL_CPU_WORKERS=2 ("requests 2 workers but parent 'cpu'
     # only has 1")
     setup = BackendEnv(

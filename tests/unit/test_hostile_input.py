@@ -435,7 +435,7 @@ def test_the_edges_of_each_range_are_accepted(tmp_path, monkeypatch, capsys, arg
 def test_a_minimal_rate_is_a_documented_floor():
     from quantkit import numbers
 
-    assert numbers.MIN_RATE == 0.1 and "0.1 req/s" in (Path(__file__).parents[2] / "README.md").read_text()
+    assert numbers.MIN_RATE == 0.1 and "0.1 req/s" in (Path(__file__).parents[2] / "docs" / "GUIDE.md").read_text()
     with pytest.raises(UsageError, match=r"^bad --rate value '1e-300': Input should be greater than or equal to 0.1"):
         numbers.parse_list("2,1e-300", numbers.Rate, "--rate")
     assert numbers.parse_list("0.1, 2", numbers.Rate, "--rate") == [0.1, 2.0]

@@ -28,7 +28,7 @@ def req(i, start, ttft=0.1, tpot=0.01, n=16, ok=True):
 
 def test_the_binomial_rule_matches_mlperf_loadgen_counts():
     # LoadGen's early stopping for p95 at 99% confidence: 90 requests with none over, 130 with one
-    # (FIELD-NOTES, computed from the rule); at 95%: 59 with none
+    # (docs/DESIGN.md, "What was seen"); at 95%: 59 with none
     assert requests_to_pass(0.95, 0.99, 0) == 90
     assert requests_to_pass(0.95, 0.99, 1) == 130
     assert requests_to_pass(0.95, 0.95, 0) == 59

@@ -1,6 +1,6 @@
 """AutoGPTQ worker (CUDA only: AutoGPTQ refuses to quantize on a CPU).
 
-AutoGPTQ 0.7.1 is archived upstream and imports only with transformers 4.57.x (FIELD-NOTES); both
+AutoGPTQ 0.7.1 is archived upstream and imports only with transformers 4.57.x (docs/DESIGN.md, "What was seen"); both
 of its dead ends are reported as one line that names the backend that works instead.
 """
 
