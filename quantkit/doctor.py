@@ -14,6 +14,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from . import settings
 from .errors import QuantkitError
@@ -24,7 +25,7 @@ MIN_FREE_GB = 5.0
 @dataclass
 class Check:
     name: str
-    status: str  # ok | warn | fail
+    status: Literal["ok", "warn", "fail"]
     detail: str
 
 

@@ -68,6 +68,7 @@ from . import __version__, settings
 from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
 from .files import atomic_write_text, unique_path
 from .evals.gates import gate_failure_message, gates_text
+from .labels import BASELINE
 from .report.card import CARD_MARK, build_card
 from .report import records
 from .report.gather import Evidence, evidence_for, variant_of
@@ -120,7 +121,7 @@ def _decide(store: Store, ev: Evidence) -> None:
         ev.reason = (f"its eval ({eval_rec.started_at}) predates the latest conversion of this folder "
                      f"({convert.finished_at}): the weights were rewritten since; evaluate them again")
         return
-    if ev.variant == "baseline":
+    if ev.variant == BASELINE:
         ev.validated, ev.reason = True, "the unquantized baseline: evaluated (no recovery gate applies)"
         return
     if ev.baseline_eval is None:

@@ -19,7 +19,7 @@ import json
 import os
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -27,6 +27,7 @@ from . import safeload
 from .errors import UsageError, did_you_mean
 from .files import PLAIN_NAME_RULE, is_plain_name
 from .evals.gates import Gates, GrowSettings
+from .labels import BASELINE
 from .measure.capacity import CapacitySettings
 from .measure.slo import Slo
 from .measure.tune import TuneSettings
@@ -347,11 +348,18 @@ class EvalSettings(Strict):
     grow: GrowSettings | None = None
 
 
+ExecutorKind = Literal["local", "ray"]
+# what each executor does, for `quantkit run --executor`'s help (generated from this table)
+EXECUTORS: dict[str, str] = {"local": "one variant after another, the default",
+                             "ray": "one variant per lane, in parallel"}
+assert set(EXECUTORS) == set(get_args(ExecutorKind)), "every executor kind needs its one-line description"
+
+
 class ExecutorSettings(Strict):
     """Who runs the lanes (`quantkit run --executor`). Not part of any run key: the same stages give
     the same records whichever executor ran them, so a run can be finished by another one."""
 
-    kind: Literal["local", "ray"] = "local"
+    kind: ExecutorKind = "local"
     # a Ray cluster (`HEAD:6379`); None = $RAY_ADDRESS, else a Ray instance started on this machine
     address: str | None = None
     # what one lane (one variant's chain) asks of Ray: None = 1 CPU, or on a GPU cluster
@@ -440,7 +448,7 @@ def load_run(path: str | Path) -> RunRecipe:
         except UsageError as exc:
             raise UsageError(f"{source}: tune: {exc.message}") from None
     labels = [e.label() for e in run.methods]
-    if len(set(labels)) != len(labels) or "baseline" in labels:
+    if len(set(labels)) != len(labels) or BASELINE in labels:
         raise UsageError(f"{source}: method labels must be unique and not 'baseline' (got {labels}); set name:")
     seen: dict[str, str] = {}
     for entry in run.methods:

@@ -17,7 +17,8 @@ from pydantic import BaseModel
 
 from ..measure.capacity import CapacitySettings
 from ..measure.point import WindowSettings
-from ..measure.profiles import CPU_WINDOW, GPU_WINDOW
+from ..measure.profiles import CPU_WINDOW, GPU_WINDOW, PROFILES
+from ..measure.tiers import TIERS
 from ..numbers import allowed, field_constraints
 from .options import checked_option
 
@@ -61,8 +62,9 @@ def _machine_default(field: str) -> str:
 
 CapacityProfile = Annotated[str, settings_option(
     CapacitySettings, "profile", "--capacity-profile",
-    help="Capacity search load: poisson (open-loop arrivals, req/s; default), concurrency (C staggered "
-         "streams) or burst (waves of C prompts at once: a prefill burst, not a steady state).")]
+    help="Capacity search load: " + "; ".join(
+        f"{p.name} ({p.describe}" + (", the default)" if p.name == CapacitySettings().profile else ")")
+        for p in PROFILES.values()) + ".")]
 Tolerance = Annotated[float, settings_option(
     CapacitySettings, "tolerance", "--tolerance", help="Capacity search: bracket the capacity to this share (0.1 = 10%).")]
 CapacityStart = Annotated[float, settings_option(
@@ -93,6 +95,6 @@ Confidence = Annotated[Optional[float], settings_option(
     WindowSettings, "confidence", "--confidence",
     help=f"Capacity search: confidence of a point's pass or fail verdict (default {WindowSettings().confidence:g}).")]
 Span = Annotated[Optional[List[str]], typer.Option(
-    "--span", help="Capacity search: also bracket this SLO or tier (mlperf-server, interactive) on the same ladder, "
+    "--span", help=f"Capacity search: also bracket this SLO or tier ({', '.join(TIERS)}) on the same ladder, "
                    "measuring only the loads it lacks; repeatable. `quantkit compare --slo` then answers it.")]
 OPTION_OF_FIELD["span"] = "--span"

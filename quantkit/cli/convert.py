@@ -11,6 +11,7 @@ from rich.table import Table
 from .. import recipe as recipes
 from ..console import run_command, stdout
 from ..methods import METHODS
+from ..registry import BACKENDS
 from . import app
 from .options import Json, Quiet, mode
 
@@ -124,7 +125,8 @@ def list_recipes(json: Json = False, quiet: Quiet = False) -> None:
 
 @app.command()
 def setup(
-    backend: str = typer.Option(..., "--backend", help="Backend to set up in its own environment (gptqmodel, autoawq, optimum, auto-gptq)."),
+    backend: str = typer.Option(..., "--backend", help="Backend to set up in its own environment ("
+                                 + ", ".join(n for n in BACKENDS.names() if n != "llmcompressor") + ")."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:

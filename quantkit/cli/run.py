@@ -13,6 +13,8 @@ from ..errors import BackendError, GateFailed, GateInconclusive
 from . import app
 from .. import numbers
 from ..files import output_folder
+from ..measure.tiers import TIERS
+from ..recipe import EXECUTORS
 from .options import Json, Quiet, mode, number_option
 
 def _print_summary(summary) -> None:
@@ -72,7 +74,7 @@ def run(
     recipe: str = typer.Argument(..., help="Run recipe YAML (model, baseline, methods, serve, bench, eval, gates)."),
     force: bool = typer.Option(False, "--force", help="Redo stages already in the store."),
     report_dir: Optional[Path] = typer.Option(None, "--report-dir", "-o", help="Where the report goes (default reports/<model>)."),
-    executor: Optional[str] = typer.Option(None, "--executor", "-e", help="local (one variant after another, the default) or ray (one variant per lane, in parallel); overrides the recipe's executor:."),
+    executor: Optional[str] = typer.Option(None, "--executor", "-e", help=" or ".join(f"{name} ({what})" for name, what in EXECUTORS.items()) + "; overrides the recipe's executor:."),
     address: Optional[str] = typer.Option(None, "--address", help="A Ray cluster to join (HEAD:6379; default $RAY_ADDRESS, else a Ray instance on this machine); implies --executor ray."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Run only this variant (baseline or a method's name); repeatable. The report covers every variant in the store."),
     json: Json = False,
@@ -120,7 +122,7 @@ def compare(
     accuracy_from: Optional[str] = typer.Option(None, "--accuracy-from", help="Variants not evaluated take recovery and gates from this stored model's evals of the same methods (a proxy, said in the report)."),
     run_gates: bool = typer.Option(True, "--run-gates/--no-run-gates", help="Without --min-recovery, apply the gates the run itself used (stored with its evals)."),
     price: Optional[float] = number_option(numbers.Positive, "--price-per-hour", default=None, help="What the serving machine (e.g. one GPU) costs per hour: the SLO-tier table adds the cost per million output tokens (or QUANTKIT_PRICE_PER_HOUR)."),
-    slo: Optional[str] = typer.Option(None, "--slo", help="Capacity under this SLO (or tier: mlperf-server, interactive), judged again from the stored ladders without measuring; says what to run where a ladder does not cover it."),
+    slo: Optional[str] = typer.Option(None, "--slo", help=f"Capacity under this SLO (or tier: {', '.join(TIERS)}), judged again from the stored ladders without measuring; says what to run where a ladder does not cover it."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:

@@ -19,7 +19,7 @@ one parser here (`parse_slo`), and compared and hashed by value.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
 
@@ -27,8 +27,32 @@ from ..errors import UsageError, did_you_mean
 from ..numbers import MAX_SECONDS
 from .stats import METRICS, STATS, Stats, percentile
 
-if TYPE_CHECKING:
-    from .point import BenchPoint, RequestResult
+
+
+class Request(Protocol):
+    """What a request's verdict reads (measure.point.RequestResult, which sits above this module)."""
+
+    ok: bool
+    ttft: float | None
+    tpot: float | None
+    e2e: float | None
+    itl: list[float]
+
+
+class Point(Protocol):
+    """What a load point's verdict reads and sets (measure.point.BenchPoint)."""
+
+    ttft: Stats | None
+    itl: Stats | None
+    tpot: Stats | None
+    e2e: Stats | None
+    failures: int
+    duration_s: float
+    slo: "Slo | None"
+    slo_met: bool | None
+    slo_violations: list[str]
+    slo_attainment: float | None
+    goodput_req_s: float | None
 
 class SloTerm(BaseModel):
     model_config = ConfigDict(frozen=True)
@@ -84,13 +108,13 @@ class Slo(BaseModel):
         text = ",".join(f"{t.key}={t.limit_s:g}" for t in self.terms)
         return text + (f",attainment={self.attainment:g}" if self.attainment is not None else "")
 
-    def share_met(self, results: list["RequestResult"]) -> float | None:
+    def share_met(self, results: list[Request]) -> float | None:
         """The share of requests that met every term on their own (None for no requests)."""
         if not results:
             return None
         return sum(1 for r in results if self.request_ok(r)) / len(results)
 
-    def margin(self, point: "BenchPoint") -> float | None:
+    def margin(self, point: Point) -> float | None:
         """How close the point is to breaking the SLO: the largest value/limit over the terms, and
         for attainment (1 - share) / (1 - target); <= 1 meets. None when a term has no data."""
         worst = 0.0
@@ -107,7 +131,7 @@ class Slo(BaseModel):
                 worst = max(worst, missed / (1.0 - self.attainment))
         return worst
 
-    def violations(self, point: "BenchPoint") -> list[str]:
+    def violations(self, point: Point) -> list[str]:
         """The terms a point breaks, e.g. `ttft_p95 0.81s > 0.5s`; a metric with no data breaks it."""
         out = []
         for t in self.terms:
@@ -118,7 +142,7 @@ class Slo(BaseModel):
                 out.append(f"{t.key} {stats.get(t.stat):.3g}s > {t.limit_s:g}s")
         return out
 
-    def judge(self, point: "BenchPoint", results: list["RequestResult"]) -> "BenchPoint":
+    def judge(self, point: Point, results: list[Request]) -> Point:
         """Set the point's SLO verdict: the terms it breaks (failed requests break it too) and its
         goodput, the requests/s that met every term on their own."""
         point.slo = self
@@ -132,7 +156,7 @@ class Slo(BaseModel):
         point.goodput_req_s = sum(1 for r in results if self.request_ok(r)) / max(point.duration_s, 1e-9)
         return point
 
-    def request_ok(self, r: "RequestResult") -> bool:
+    def request_ok(self, r: Request) -> bool:
         """Per-request test for goodput: TTFT, TPOT, E2E of the request itself; for ITL, the
         request's own statistic of its ITLs (its p95 for itl_p95)."""
         if not r.ok:

@@ -18,6 +18,7 @@ from ..console import info, warn
 from ..errors import UsageError
 from ..evals.gates import RecoveryReport, compare_to_baseline
 from ..evals.results import EvalRun
+from ..labels import BASELINE
 from ..store import Record, Store, run_key
 from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, stage_failure
 
@@ -35,16 +36,16 @@ def grow_stage(ctx: RunContext, lanes: list[Lane], store: Store, summary: RunSum
     gates = plan.gates.model_dump()
     if settings is None or not plan.baseline or not any(gates.values()):
         return
-    folders = {"baseline": ctx.model.path} | {lane.label: checkpoint_dir(ctx, lane.entry) for lane in lanes if lane.entry}
+    folders = {BASELINE: ctx.model.path} | {lane.label: checkpoint_dir(ctx, lane.entry) for lane in lanes if lane.entry}
     for round_no in range(1, settings.max_rounds + 1):
         evals = _newest_evals(store, ctx.model.name)
-        base = evals.get("baseline")
+        base = evals.get(BASELINE)
         if base is None:
             return
         base_run = EvalRun.model_validate(base.result)
         undecided: dict[str, tuple[Record, RecoveryReport]] = {}
         for label, record in evals.items():
-            if label == "baseline" or label not in folders:
+            if label == BASELINE or label not in folders:
                 continue
             try:
                 report = compare_to_baseline(EvalRun.model_validate(record.result), base_run, gates, raise_on_fail=False)
@@ -65,7 +66,7 @@ def grow_stage(ctx: RunContext, lanes: list[Lane], store: Store, summary: RunSum
         orders = {task: order_of([t for run in runs if (t := run.task(task)) is not None], settings) for task in goal}
         info(f"grow round {round_no}: {', '.join(undecided)} inconclusive; scoring up to "
              + ", ".join(f"{task} {n}" for task, n in goal.items()) + " items per (sub)task")
-        for label, record in [("baseline", base)] + [(label, r) for label, (r, _) in undecided.items()]:
+        for label, record in [(BASELINE, base)] + [(label, r) for label, (r, _) in undecided.items()]:
             if not _grow_one(ctx, label, Path(folders[label]), record, goal, orders, store, summary):
                 return  # a failed growth: the verdicts stay as they are, every result is stored
 

@@ -1,10 +1,11 @@
 """The measurements `quantkit run` makes on a lane's one server, one `Measure` per stage kind.
 
-Each is named by its stage kind's `runner` (store/kinds.py) and says, for a recipe: whether the
+Each is the runner of one stage kind (`runner(kind)`; the kinds themselves are store/kinds.py's,
+which knows nothing of the pipeline) and says, for a recipe: whether the
 recipe asks for it (`wanted`), its run key (`key`), what its record's params hold beyond the
 shape every measurement's has (`extra`; the shape is `StageKind.params`: checkpoint, fingerprint,
 serving configuration, its own settings), and how it runs on a started server and finishes its
-record (`run`). stages.py runs them in `MEASURE_ORDER`.
+record (`run`). stages.py runs them in `ORDER`.
 
 A run key is a hash of everything that defines the result: the checkpoint's fingerprint, the
 stage's settings, the serving knobs, the vLLM version and the hardware. Changing what goes into
@@ -101,3 +102,16 @@ BENCH = Measure("bench", wanted=lambda plan: plan.bench is not None, key=_bench_
 # the gates travel with the eval so that `quantkit push` can apply the recipe's own gates later
 EVAL = Measure("eval", wanted=lambda plan: plan.eval is not None, key=_eval_key,
                extra=lambda plan: {"gates": plan.gates.model_dump()}, run=_run_eval)
+
+# The measurements of a lane's one server, in the order they run
+ORDER = ("capacity", "bench", "eval")
+
+
+def runner(kind: str) -> Measure:
+    """The runner of a measurement kind; ValueError for a kind not measured on a lane's server.
+    Looked up when called, so that a test can replace one (`measures.BENCH = ...`)."""
+    table = {"capacity": CAPACITY, "bench": BENCH, "eval": EVAL}
+    try:
+        return table[kind]
+    except KeyError:
+        raise ValueError(f"stage kind {kind!r} is not measured on a lane's server") from None

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -29,13 +29,14 @@ from ..models import ResolvedModel
 from ..recipe import MethodEntry, RunRecipe
 from ..store import RecordStore, failure_line, run_key
 from ..store.kinds import stage_kind
+from . import measures
 from .measures import capacity_key
 
 
 class StageOutcome(BaseModel):
     variant: str
     kind: str
-    status: str  # done | skipped | failed
+    status: Literal["done", "skipped", "failed"]
     run_key: str
     seconds: float = 0.0
     error: str | None = None
@@ -89,12 +90,12 @@ def convert_key(ctx: RunContext, entry: MethodEntry) -> str:
 
 
 # The measurements of a lane's one server, in the order they run (each kind's runner: measures.py)
-MEASURE_ORDER = ("capacity", "bench", "eval")
+MEASURE_ORDER = measures.ORDER
 
 
 def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
     """(kind, key) of the measurement stages the recipe asks for, in the order they run."""
-    runners = [stage_kind(kind).load_runner() for kind in MEASURE_ORDER]
+    runners = [measures.runner(kind) for kind in MEASURE_ORDER]
     return [(m.kind, m.key(ctx, fingerprint)) for m in runners if m.wanted(ctx.plan)]
 
 
@@ -226,7 +227,7 @@ def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore
 
 def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: RecordStore,
              summary: RunSummary) -> None:
-    measure = stage_kind(kind).load_runner()
+    measure = measures.runner(kind)
     params = measure.params(ctx.plan, folder, checkpoint.fingerprint(folder))
     t0 = time.monotonic()
     try:

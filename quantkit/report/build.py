@@ -49,6 +49,10 @@ SCHEMA_VERSION = 1
 # Input
 
 
+# a variant in the report: every stage done, some results kept beside a failed stage, or none
+VariantStatus = Literal["done", "partial", "failed"]
+
+
 class Variant(BaseModel):
     """One row of the report: a checkpoint and what was measured on it. The stored results are
     validated once, here, into their models' tolerant forms (records.py): the report reads fields."""
@@ -61,7 +65,7 @@ class Variant(BaseModel):
     eval: records.Eval | None = None  # an EvalRun (quantkit/evals/results.py)
     recovery: records.Recovery | None = None  # a RecoveryReport against the baseline (evals/gates.py)
     accuracy_from: str | None = None  # the model whose evals gave recovery and gate (a proxy: proxy.py)
-    status: str = "done"  # "done" | "failed" | "partial"
+    status: VariantStatus = "done"
     error: str | None = None  # why it failed (shown, never hidden)
     # Size of the checkpoint's files; needed for the baseline (it has no convert record).
     # None: convert.size_bytes is used.
@@ -145,7 +149,7 @@ class DecodeBound(BaseModel):
 class Row(BaseModel):
     name: str
     method: str
-    status: str
+    status: VariantStatus
     error: str | None = None
     model_dir: str
     baseline: bool = False

@@ -19,6 +19,7 @@ from typing import Any
 from .. import __version__
 from ..checkpoint import ConvertRecord
 from ..evals.results import EvalRun, TaskResult
+from ..labels import BASELINE
 from ..measure import load_kinds
 from ..measure.bench import BenchRun, BenchWorkload
 from ..measure.capacity import CapacityResult
@@ -164,8 +165,8 @@ def card_figures(store: Store, ev: Evidence) -> CardFigures:
     v.recovery = ev.recovery  # against the baseline and gates push decided on (hub.gather_evidence)
     out = CardFigures(variant=v, row=row_of(v))
     stored = {kind: r for kind, r in (("eval", ev.baseline_eval), ("bench", ev.baseline_bench)) if r is not None}
-    if ev.variant != "baseline" and stored:
-        out.baseline = variant_of(store, "baseline", stored, None, None)
+    if ev.variant != BASELINE and stored:
+        out.baseline = variant_of(store, BASELINE, stored, None, None)
         out.baseline_row = row_of(out.baseline)
     return out
 
@@ -178,7 +179,7 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
     convert = ev.convert or records.Convert()
     name = repo or ev.checkpoint.name
     base = base_model_of(ev.convert, base_model)
-    method = convert.method or ("none" if ev.variant == "baseline" else MISSING)
+    method = convert.method or ("none" if ev.variant == BASELINE else MISSING)
     scheme = convert.scheme
     bits = _bits(ev.convert)
     quant_method = convert.quantization_config.quant_method if convert.quantization_config is not None else None
@@ -228,13 +229,13 @@ def _eval_results(ev: Evidence, fig: CardFigures) -> list:
         shots = {"num_few_shot": t.n_shot} if t.n_shot is not None else None
         out.append(EvalResult(task_type="text-generation", dataset_type=t.task, dataset_name=t.task, metric_type=metric,
                               metric_value=s.value, metric_name=metric, dataset_args=shots))
-        if ev.variant != "baseline" and s.recovery is not None:
+        if ev.variant != BASELINE and s.recovery is not None:
             out.append(EvalResult(
                 task_type="text-generation", dataset_type=t.task, dataset_name=t.task, dataset_args=shots,
                 metric_type="recovery", metric_value=round(s.recovery, 4),
                 metric_name=f"{metric} recovery vs the baseline ({_interval_words(s)})", metric_args=_interval_args(s)))
     mean = _mean(fig.row)
-    if ev.variant != "baseline" and ev.recovery is not None and mean is not None:
+    if ev.variant != BASELINE and ev.recovery is not None and mean is not None:
         out.append(EvalResult(
             task_type="text-generation", dataset_type="quantkit/mean-recovery", dataset_name="mean over accuracy tasks",
             metric_type="recovery", metric_value=round(mean.recovery, 4),
@@ -321,8 +322,8 @@ def _accuracy(ev: Evidence, fig: CardFigures) -> list[str]:
                "(baseline / quantized for perplexities), with its 95% interval from the paired per-item scores "
                "(delta method with their covariance; perplexity: documents resampled together, seeded).")
     if provenance := baseline_provenance(ev.convert, ev.model):
-        out += ["", md_escape(f"The baseline is {provenance}." if ev.variant != "baseline" else f"This checkpoint is {provenance}.")]
-    quantized = ev.variant != "baseline"
+        out += ["", md_escape(f"The baseline is {provenance}." if ev.variant != BASELINE else f"This checkpoint is {provenance}.")]
+    quantized = ev.variant != BASELINE
     base = {s.task: s for s in fig.baseline_row.scores} if fig.baseline_row is not None else {}
     rows = []
     for t, s in scored:
@@ -342,7 +343,7 @@ def _accuracy(ev: Evidence, fig: CardFigures) -> list[str]:
 def _gates(ev: Evidence, row: Row) -> list[str]:
     """The mean recovery and each gate's verdict by its interval."""
     if ev.recovery is None:
-        return [f"Recovery is {MISSING}: no baseline eval on the same protocol is stored.", ""] if ev.variant != "baseline" else []
+        return [f"Recovery is {MISSING}: no baseline eval on the same protocol is stored.", ""] if ev.variant != BASELINE else []
     line = f"Mean recovery over accuracy tasks: {fmt_ci(*_interval(_mean(row)), missing=MISSING)}"
     if row.recovery_independent_stderr is not None and row.recovery_stderr is not None:
         line += (f" (paired stderr {row.recovery_stderr:.4f}; the same runs treated as independent would "
@@ -456,7 +457,7 @@ def _provenance(ev: Evidence) -> list[str]:
         r = ev.stages.get(kind)
         out.append(f"- {kind}: " + (f"run {md_code(r.run_key)} {md_escape(f'({r.status}, finished {r.finished_at or MISSING})')}"
                                     if r else MISSING))
-    if ev.variant != "baseline":
+    if ev.variant != BASELINE:
         for kind, r in (("baseline eval", ev.baseline_eval), ("baseline bench", ev.baseline_bench)):
             out.append(f"- {kind}: " + (f"run {md_code(r.run_key)} {md_escape(f'(finished {r.finished_at or MISSING})')}"
                                         if r else MISSING))

@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from .. import settings
 from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
+from ..labels import BASELINE
 from ..safeload import read_json
 from ..measure.slo import Slo
 from ..files import is_path_name, resolved
@@ -128,7 +129,7 @@ def gather(store: Store, model: str | None = None, keys: list[str] | None = None
     grouped: dict[str, dict[str, list[Record]]] = {}
     for r in records:
         grouped.setdefault(r.variant, {}).setdefault(r.kind, []).append(r)
-    order = sorted(grouped, key=lambda v: (v != "baseline", min(r.id for rs in grouped[v].values() for r in rs)))
+    order = sorted(grouped, key=lambda v: (v != BASELINE, min(r.id for rs in grouped[v].values() for r in rs)))
     return model, {v: {k: _latest(grouped[v].get(k, [])) for k in REPORTED_KINDS if grouped[v].get(k)} for v in order}, notes
 
 
@@ -160,7 +161,7 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     model_dir = model_dir or next((folder for r in (bench, eval_, capacity)
                                    if r is not None and (folder := records.params(r).checkpoint)), "")
     recovery = None
-    if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != "baseline":
+    if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != BASELINE:
         try:
             recovery = recovery_of(eval_.result, baseline_eval, gates)
         except UsageError as exc:
@@ -176,7 +177,7 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline or a checkpoint brought in
         size = weight_bytes(Path(model_dir))
-    return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size, baseline=name == "baseline",
+    return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size, baseline=name == BASELINE,
                    capacity=capacity_result,
                    tune=tune.result if tune is not None and tune.status == "done" else None,
                    convert=convert_result if convert and convert.status == "done" else None,
@@ -257,7 +258,7 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     model, by_variant, notes = gather(store, model, keys, workload)
     out = Path(out_dir) if out_dir else report_dir(model)
     notes = ([f"recipe {about}"] if about else []) + notes
-    base = by_variant.get("baseline", {}).get("eval")
+    base = by_variant.get(BASELINE, {}).get("eval")
     baseline_eval = base.result if base is not None and base.status == "done" else None
     gates = {k: v for k, v in (gates or {}).items() if v}
     if gates:
@@ -301,7 +302,7 @@ def report_dir(model: str) -> Path:
 
 def gates_of_run(by_variant: dict[str, dict[str, Record]]) -> dict[str, Any]:
     """The gates the newest stored eval of a quantized variant was run with (the recipe's), or {}."""
-    evals = sorted((stages["eval"] for name, stages in by_variant.items() if name != "baseline" and "eval" in stages),
+    evals = sorted((stages["eval"] for name, stages in by_variant.items() if name != BASELINE and "eval" in stages),
                    key=lambda r: r.id)
     return next((gates for record in reversed(evals) if (gates := records.gates_of(record))), {})
 
@@ -374,7 +375,7 @@ def evidence_for(store: Store, checkpoint: Path) -> Evidence:
             if newest is not None:
                 ev.stages[kind] = newest
         ev.tune = next((r for r in reversed(mine) if r.kind == "tune" and r.status == "done"), None)
-        base = [r for r in store.records(model=ev.model, status="done") if r.variant == "baseline"]
+        base = [r for r in store.records(model=ev.model, status="done") if r.variant == BASELINE]
         ev.baseline_eval = next((r for r in reversed(base) if r.kind == "eval"), None)
         ev.baseline_bench = next((r for r in reversed(base) if r.kind == "bench"), None)
     convert = ev.stages.get("convert")

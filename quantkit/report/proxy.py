@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from ..evals.gates import recovery_of
+from ..labels import BASELINE
 from ..store import Store
 from .build import Variant
 
@@ -24,7 +25,7 @@ def borrow_accuracy(store: Store, model: str, proxy: str, variants: list[Variant
     if proxy not in stored:
         raise UsageError(f"--accuracy-from {proxy}: nothing stored for that model; the store has: {', '.join(stored)}")
     evals = {r.variant: r.result for r in store.records(model=proxy, kind="eval", status="done")}  # newest last
-    baseline_eval = evals.get("baseline")
+    baseline_eval = evals.get(BASELINE)
     if baseline_eval is None:
         raise UsageError(f"--accuracy-from {proxy}: it has no finished baseline eval to measure recovery against; "
                          f"run its baseline eval first (quantkit run RECIPE --only baseline)")

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from ..checkpoint import CheckpointInfo, describe, fingerprint, method_of
 from ..errors import UsageError
 from ..files import PLAIN_NAME_RULE, is_plain_name
+from ..labels import BASELINE
 from ..safeload import loads_json
 from .db import Store, run_key
 from .kinds import IMPORTABLE_RESULTS, POINT_KINDS, RESULT_SCHEMAS, stage_kind
@@ -58,7 +59,7 @@ def default_names(data: dict[str, Any]) -> tuple[str, str]:
     name = data.get("model_name") or folder.name
     method = method_of(CheckpointInfo.model_validate(data.get("checkpoint") or {}))
     if method is None:
-        return name, "baseline"
+        return name, BASELINE
     m = re.fullmatch(rf"(.+)-{re.escape(method)}-[0-9a-f]{{8}}", name)
     return (m.group(1) if m else name), method
 

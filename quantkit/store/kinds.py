@@ -15,10 +15,10 @@ records hold and who reads them:
 - `importable`: `quantkit runs import` stores its result files (`IMPORTABLE_KINDS`); a result file
   names its kind in its JSON `kind` field as `quantkit.<kind>` (`result_kind`), and
   `RESULT_SCHEMAS` validates each;
-- `points`: its records store the bench points measured on the way (`Store.add_point`);
-- `runner`: for a measurement `quantkit run` makes on a lane's one shared server, the
-  `"module:attr"` of its runner there (pipeline/measures.py), which builds its run key and its
-  result; None for the stages the pipeline runs otherwise (convert, tune, trial).
+- `points`: its records store the bench points measured on the way (`Store.add_point`).
+
+How `quantkit run` measures a kind on a lane's server is the pipeline's (pipeline/measures.py:
+`runner(kind)`): the store names no runner and imports nothing of the pipeline.
 
 A measurement's record params have one shape, `StageKind.params`, whoever measured it: a stage of
 `quantkit run` (measures.py, the tune stage) or a standalone command (`imports.standalone`, the
@@ -46,7 +46,6 @@ class StageKind:
     measured: bool = False
     importable: bool = False
     points: bool = False
-    runner: str | None = None  # "module:attr" of its runner on a lane's server
 
     @property
     def result_kind(self) -> str:
@@ -65,21 +64,15 @@ class StageKind:
         return {"checkpoint": str(folder), "fingerprint": fingerprint, "serve": serve.model_dump(mode="json"),
                 self.name: mine, **own}
 
-    def load_runner(self) -> Any:
-        if self.runner is None:
-            raise ValueError(f"stage kind {self.name!r} is not measured on a lane's server")
-        return resolve(self.runner)
 
 
 # The order is the report's reading order; it is stored nowhere.
 KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("convert", "quantkit.checkpoint:ConvertRecord", reported=True),
-    StageKind("bench", "quantkit.measure.bench:BenchRun", reported=True, importable=True, points=True,
-              runner="quantkit.pipeline.measures:BENCH"),
-    StageKind("eval", "quantkit.evals.results:EvalRun", reported=True, importable=True,
-              runner="quantkit.pipeline.measures:EVAL"),
+    StageKind("bench", "quantkit.measure.bench:BenchRun", reported=True, importable=True, points=True),
+    StageKind("eval", "quantkit.evals.results:EvalRun", reported=True, importable=True),
     StageKind("capacity", "quantkit.measure.capacity:CapacityResult", reported=True, measured=True,
-              importable=True, points=True, runner="quantkit.pipeline.measures:CAPACITY"),
+              importable=True, points=True),
     StageKind("tune", "quantkit.measure.tune:TuneResult", reported=True, measured=True),
     StageKind("trial", "quantkit.measure.tune:Trial"),
 )}

@@ -17,11 +17,16 @@ from abc import abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Iterator, Literal, Protocol, get_args
 
 from ..errors import QuantkitError
 from ..files import resolved
 from .lines import _exception_line
+
+
+# what a record's stage came to; the SQLite schema's CHECK constraint lists the same (db.py)
+RecordStatus = Literal["running", "done", "failed", "interrupted"]
+RECORD_STATUSES: tuple[str, ...] = get_args(RecordStatus)
 
 
 @dataclass
@@ -31,7 +36,7 @@ class Record:
     kind: str
     model: str
     variant: str
-    status: str
+    status: RecordStatus
     params: dict[str, Any]
     result: dict[str, Any] | None
     result_path: str | None
@@ -83,7 +88,7 @@ class RecordStore(Protocol):
         """The record is `done` with `result`: its key's one done record."""
 
     @abstractmethod
-    def fail(self, record_id: int, error: str, status: str = "failed", result: dict[str, Any] | None = None) -> None:
+    def fail(self, record_id: int, error: str, status: RecordStatus = "failed", result: dict[str, Any] | None = None) -> None:
         """The record ended without a result: `failed` or `interrupted`, with the reason."""
 
     @abstractmethod
@@ -119,7 +124,7 @@ def failure_line(exc: BaseException) -> str:
     return exc.one_line() if isinstance(exc, QuantkitError) else _exception_line(exc)
 
 
-def _close_quietly(store: RecordStore, record_id: int, error: str, status: str) -> None:
+def _close_quietly(store: RecordStore, record_id: int, error: str, status: RecordStatus) -> None:
     """Record how a stage ended; a store that cannot take it (the very failure, a full disk, a
     driver that is gone) must not hide the stage's own exception: the next run marks the row
     interrupted."""

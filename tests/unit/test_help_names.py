@@ -1,5 +1,5 @@
-"""Five option help texts list a registry's names by hand (with a word on each, which a registry
-does not hold): each must name every entry, or a user never learns of the one added last."""
+"""Five option help texts list a registry's names, generated from the registry (profiles, tiers,
+backends, executors): each names every entry, so a user learns of the one added last."""
 
 import typing
 

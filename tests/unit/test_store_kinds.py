@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from quantkit.pipeline import measures
 from quantkit.store import Store, run_key
 from quantkit.store.kinds import (IMPORTABLE_KINDS, IMPORTABLE_RESULTS, KINDS, MEASURED_KINDS, POINT_KINDS, REPORTED_KINDS,
                                   RESULT_SCHEMAS, STAGE_KINDS, result_kind, stage_kind)
@@ -57,14 +58,12 @@ def test_every_kind_s_result_model_resolves_and_carries_its_kind():
 
 
 def test_every_measurement_on_a_lane_s_server_has_a_runner_of_its_kind():
-    from quantkit.pipeline.stages import MEASURE_ORDER
-
-    with_runner = {name for name, entry in KINDS.items() if entry.runner}
-    assert set(MEASURE_ORDER) == with_runner
-    for name in with_runner:
-        assert KINDS[name].load_runner().kind == name
-    with pytest.raises(ValueError, match="not measured"):
-        KINDS["tune"].load_runner()
+    assert set(measures.ORDER) <= set(KINDS) and len(set(measures.ORDER)) == len(measures.ORDER)
+    for name in measures.ORDER:
+        assert measures.runner(name).kind == name
+    for name in set(KINDS) - set(measures.ORDER):
+        with pytest.raises(ValueError, match="not measured"):
+            measures.runner(name)
 
 
 def test_measurement_keys_and_params_are_what_they_were(tmp_path):
@@ -94,13 +93,13 @@ def test_measurement_keys_and_params_are_what_they_were(tmp_path):
     ctx = RunContext(plan=plan, model=None, force=False, vllm="v")
     assert [kind for kind, _ in measure_keys(ctx, "fp")] == ["eval"]  # no slo: no capacity; no bench
     base = {"checkpoint": str(tmp_path), "fingerprint": "fp", "serve": plan.serve.model_dump()}
-    runner = stage_kind("eval").load_runner()
+    runner = measures.runner("eval")
     assert runner.params(plan, tmp_path, "fp") == {**base, "eval": plan.eval.model_dump(),
                                                     "gates": plan.gates.model_dump()}
     plan = RunRecipe(name="t", model="m", slo="ttft_p95=1")
-    assert stage_kind("capacity").load_runner().params(plan, tmp_path, "fp") == {
+    assert measures.runner("capacity").params(plan, tmp_path, "fp") == {
         **base, "capacity": plan.capacity.model_dump(), "slo": "ttft_p95=1"}
-    assert stage_kind("bench").load_runner().params(plan, tmp_path, "fp") == {**base, "bench": plan.bench.model_dump()}
+    assert measures.runner("bench").params(plan, tmp_path, "fp") == {**base, "bench": plan.bench.model_dump()}
 
 
 class _Result:
@@ -203,7 +202,7 @@ def test_a_standalone_command_and_a_run_stage_record_one_params_shape(tmp_path):
 
     plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", capacity={"input_len": 64, "profile": "poisson"})
     (tmp_path / "config.json").write_text("{}")
-    ran = stage_kind("capacity").load_runner().params(plan, tmp_path.resolve(), "fp")
+    ran = measures.runner("capacity").params(plan, tmp_path.resolve(), "fp")
     with Store(tmp_path / "results.db") as store:
         with standalone(store, "capacity", tmp_path, ServeConfig(), CapacitySettings(input_len=64, profile="poisson"),
                         slo=plan.slo, url=None) as rec:
