@@ -372,7 +372,7 @@ class ExecutorSettings(Strict):
     max_retries: int = Field(1, ge=0)
 
 
-def _slo_text(value: Any) -> Any:
+def _recipe_slo(value: Any) -> Any:
     """A recipe's `slo:`, a string (`ttft_p95=1,tpot_p95=0.1`) or a mapping ({ttft_p95: 1, ...}), as
     the Slo it names (parsed by Slo itself; its errors said as the recipe's)."""
     if value is None or isinstance(value, Slo):
@@ -402,14 +402,14 @@ class RunRecipe(Strict):
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     # capacity under an SLO on the `serve:` configuration (vLLM's defaults plus those flags), and
     # optionally the tuner's search for a better configuration; both need `slo:`
-    slo: Slo | None = None  # written as a string or a mapping of terms (_slo_text)
+    slo: Slo | None = None  # written as a string or a mapping of terms (_recipe_slo)
     capacity: CapacitySettings = Field(default_factory=CapacitySettings)
     tune: TuneSettings | None = None
 
     @field_validator("slo", mode="before")
     @classmethod
     def _valid_slo(cls, value: Any) -> Any:
-        return _slo_text(value)
+        return _recipe_slo(value)
 
 
 def load_run(path: str | Path) -> RunRecipe:

@@ -28,7 +28,6 @@ from ..numbers import MAX_SECONDS
 from .stats import METRICS, STATS, Stats, percentile
 
 
-
 class Request(Protocol):
     """What a request's verdict reads (measure.point.RequestResult, which sits above this module)."""
 

@@ -38,18 +38,18 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     started = time.monotonic()
     plan = load_run(recipe_path)
     check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
+    lanes = ([Lane(BASELINE, None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
+    labels = [lane.label for lane in lanes]
     if only:  # a typo in --only fails now, not after the model is resolved
         from ..errors import UsageError, did_you_mean
 
-        names = ([BASELINE] if plan.baseline else []) + [e.label() for e in plan.methods]
-        if unknown := [n for n in only if n not in names]:
-            raise UsageError(f"--only {unknown[0]}: not a variant of {recipe_path}; {did_you_mean(unknown[0], names)}")
+        if unknown := [n for n in only if n not in labels]:
+            raise UsageError(f"--only {unknown[0]}: not a variant of {recipe_path}; {did_you_mean(unknown[0], labels)}")
     chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
     # a recipe that only converts needs no vLLM environment (a GPU session converts while vLLM is
     # still being carried there); measurement keys name the vLLM release that served them
     serves = plan.bench is not None or plan.eval is not None or plan.slo is not None
     if serves:  # a method this CPU cannot serve: refused before the model is resolved or converted
-        labels = ([BASELINE] if plan.baseline else []) + [e.label() for e in plan.methods]
         check_servable_methods(plan, [x for x in labels if not only or x in only], str(recipe_path))
     model = models.resolve(plan.model)
     check_model(model, serves)
@@ -57,7 +57,6 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
 
     ctx = RunContext(plan=plan, model=model, force=force, vllm=installed_vllm_version() if serves else "none",
                      common={"hardware": machine.fingerprint(), "quantkit": __version__})
-    lanes = ([Lane(BASELINE, None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
     if only:
         lanes = [lane for lane in lanes if lane.label in only]
     own_store = store is None

@@ -155,7 +155,7 @@ def _where(point: Any) -> str:
     return load_kinds.kind(point.profile).text(point, "where") + (profile.suffix if profile is not None else "")
 
 
-def tuned_cell(tune: Any, slo: str | None, profile: str = "concurrency",
+def tuned_cell(tune: Any, slo: Slo | None, profile: str = "concurrency",
                tolerance: float = 0.10) -> CapacityCell | None:
     """The best trial of a stored TuneResult, as read (records.Tune), as a cell."""
     if tune is None or tune.best is None:
