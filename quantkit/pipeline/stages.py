@@ -111,9 +111,9 @@ def run_lane(ctx: RunContext, lane: Lane, store: RecordStore, summary: RunSummar
     else:
         folder = convert_stage(ctx, lane.entry, store, summary)
     if folder is not None:
-        measure_stages(ctx, lane.label, folder, store, summary)
+        not_started = measure_stages(ctx, lane.label, folder, store, summary)
         if ctx.plan.tune is not None:
-            tune_stage(ctx, lane.label, folder, store, summary)
+            tune_stage(ctx, lane.label, folder, store, summary, not_started=not_started)
 
 
 def stage_failure(exc: Exception) -> str:
@@ -199,7 +199,9 @@ def owned_dir(folder: Path, key: str, store: RecordStore) -> Path:
     return beside
 
 
-def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary) -> None:
+def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary) -> str | None:
+    """The capacity, bench and eval stages on one server; the reason its server did not start, if
+    it did not (every pending stage then failed with it)."""
     from ..serve.server import VLLMServer
 
     todo = []
@@ -210,19 +212,25 @@ def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore
         else:
             todo.append((kind, key))
     if not todo:
-        return
+        return None
     try:
         with VLLMServer(folder, ctx.plan.serve) as server:
             for kind, key in todo:
                 _measure(ctx, kind, key, label, folder, server, store, summary)
     except Exception as exc:  # the server did not start (or stop): every pending stage of it failed
         error = stage_failure(exc)
-        for kind, key in todo:
-            if not any(o.run_key == key for o in summary.outcomes):
-                store.fail(store.begin(key, kind, ctx.model.name, label, {"checkpoint": str(folder)}), error)
-                summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="failed", run_key=key,
-                                                     error=error))
+        pending = [(kind, key) for kind, key in todo if not any(o.run_key == key for o in summary.outcomes)]
+        for kind, key in pending:
+            _fail_unstarted(ctx, kind, key, label, folder, store, summary, error)
         warn(f"[{label}] {error}; the other checkpoints go on")
+        return error if pending else None
+    return None
+
+
+def _fail_unstarted(ctx: RunContext, kind: str, key: str, label: str, folder: Path, store: RecordStore,
+                    summary: RunSummary, error: str) -> None:
+    store.fail(store.begin(key, kind, ctx.model.name, label, {"checkpoint": str(folder)}), error)
+    summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="failed", run_key=key, error=error))
 
 
 def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, server, store: RecordStore,
@@ -241,8 +249,12 @@ def _measure(ctx: RunContext, kind: str, key: str, label: str, folder: Path, ser
                                          seconds=round(time.monotonic() - t0, 1)))
 
 
-def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary) -> None:
-    """The variant's study: `tune.budget` servers in all, the capacity stage's result as its base trial."""
+def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary,
+               not_started: str | None = None) -> None:
+    """The variant's study: `tune.budget` servers in all, the capacity stage's result as its base trial.
+    Where the variant's server did not start on the recipe's serve settings (`not_started`), no
+    trial is started either: each would start from the same settings, and fail the same way, at
+    the cost of a server start each."""
     from ..measure import tune
 
     plan = ctx.plan
@@ -253,6 +265,9 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
     if store.done(key) and not ctx.force:
         info(f"[{label}] tune: done earlier ({key[:10]}), skipped")
         summary.outcomes.append(StageOutcome(variant=label, kind="tune", status="skipped", run_key=key))
+        return
+    if not_started is not None:
+        _fail_unstarted(ctx, "tune", key, label, folder, store, summary, f"not tuned: {not_started}")
         return
     base = store.done(capacity_key(ctx, checkpoint.fingerprint(folder)))
     seed = _base_trial(base, space, folder, plan) if base is not None else None

