@@ -25,6 +25,11 @@ from quantkit.store import Store
 pytestmark = pytest.mark.integration
 
 
+# burst points: the tuner's bookkeeping and the decision, not the steady-state measurement
+# (test_capacity*.py); loose enough for every configuration on any 2-core machine
+SLO = "ttft_p95=60,tpot_p95=10"
+
+
 def write_recipe(path: Path, model: Path, concurrency: list[int]) -> Path:
     bad = _bad_rope(model, path.parent / "bad-rope")
     path.write_text(f"""
@@ -34,11 +39,15 @@ model: {model}
 baseline: true
 methods:
   - {SERVED_ENTRY}
-  - name: bad-rope      # vLLM cannot start on it: recorded as failed, the rest goes on
+  - name: bad-rope      # an existing checkpoint vLLM cannot start on: recorded as failed, the rest goes on
     checkpoint: {bad}
 serve: {{enforce_eager: true, max_model_len: 512}}
 bench: {{concurrency: {concurrency}, input_len: 16, output_len: 8, num_prompts: 4, warmup: 1}}
+slo: {SLO}
+capacity: {{profile: burst, input_len: 16, output_len: 6, waves: 1, min_requests: 6, max: 4, warmup: 1}}
+tune: {{budget: 2, knobs: [max_num_seqs], space: {{max_num_seqs: [null, 2]}}, sampler: grid}}
 eval: {{tasks: arc_easy, limit: 8}}
+gates: {{min_recovery: 0.01}}
 """)
     return path
 
@@ -54,10 +63,13 @@ def _bad_rope(model: Path, folder: Path) -> Path:
     return folder
 
 
-def start(recipe: Path, home: Path, report: Path) -> subprocess.Popen:
-    env = {**os.environ, "QUANTKIT_HOME": str(home), "QUANTKIT_MODELS_DIR": str(home / "models-out")}
-    return subprocess.Popen([sys.executable, "-m", "quantkit", "run", str(recipe), "-o", str(report)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start(recipe: Path, home: Path, report: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "quantkit", "run", str(recipe), "-o", str(report), *extra],
+                            env=env(home), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def env(home: Path) -> dict[str, str]:
+    return {**os.environ, "QUANTKIT_HOME": str(home), "QUANTKIT_MODELS_DIR": str(home / "models-out")}
 
 
 def wait_for(db: Path, sql: str, timeout: float = 900) -> None:
@@ -91,11 +103,15 @@ def server_pids(pid: int) -> list[int]:
         return []
 
 
-def test_run_killed_and_resumed_has_one_record_per_key(tiny_llama_dir, tmp_path):
+def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(tiny_llama_dir, tmp_path):
+    """One run recipe proves the run's bookkeeping and its decision: every stage kind (convert,
+    capacity, bench, eval, tune), interrupted twice, resumed one variant per call (as a matrix split
+    across machines runs) and joined in the store, with a variant vLLM cannot start."""
     home, report = tmp_path / "home", tmp_path / "report"
     home.mkdir()
     recipe = write_recipe(tmp_path / "tiny.yaml", tiny_llama_dir, [1, 2])
     db = home / "results.db"
+    started = time.monotonic()
 
     # 1. SIGINT once the baseline's bench is stored: the server goes, the store stays consistent
     proc = start(recipe, home, report)
@@ -106,43 +122,82 @@ def test_run_killed_and_resumed_has_one_record_per_key(tiny_llama_dir, tmp_path)
     assert proc.returncode == 130, err
     assert vllm_descendants_gone(None, children), "vLLM processes outlived the interrupted run"
 
-    # 2. SIGKILL in the middle of the next stage: nothing can clean up but the kernel (PDEATHSIG)
+    # 2. SIGKILL in the middle of the next variant: nothing can clean up but the kernel (PDEATHSIG)
     proc = start(recipe, home, report)
-    wait_for(db, "SELECT COUNT(*) FROM records WHERE variant='baseline' AND kind='eval' AND status='done'")
     wait_for(db, f"SELECT COUNT(*) FROM records WHERE variant='{SERVED}' AND status='running'")
     children = server_pids(proc.pid)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=60)
     assert vllm_descendants_gone(None, children), "vLLM processes outlived a SIGKILLed run"
 
-    # 3. resume: finishes, skipping what is done; bad-rope's failed stages make the exit code 1
+    # 3. resume one variant per call; the store joins them. bad-rope's failed stages: exit 1
+    proc = start(recipe, home, report, "--only", SERVED)
+    _, err = proc.communicate(timeout=1500)
+    assert proc.returncode == 0, err[-3000:]
     proc = start(recipe, home, report)
     out, err = proc.communicate(timeout=1500)
     assert proc.returncode == 1, err[-3000:]
-    assert "done earlier" in err  # the baseline's bench and eval were skipped, not redone
+    assert "done earlier" in err  # the baseline's and the variant's stages were skipped, not redone
     last = err.strip().splitlines()[-1]
-    assert last.startswith("error: 2 stage(s) failed (bad-rope bench:") and "bad-rope eval:" in last, last
+    assert last.startswith("error: 4 stage(s) failed (bad-rope capacity:") and "bad-rope tune: not tuned:" in last, last
+    print(f"\nrun recipe killed, resumed and joined: {time.monotonic() - started:.0f} s")
 
     with Store(db) as store:
         records = store.records()
         done = Counter(r.run_key for r in records if r.status == "done")
         assert done and max(done.values()) == 1
-        kinds = Counter((r.variant, r.kind) for r in records if r.status == "done")
-        assert kinds == {("baseline", "bench"): 1, ("baseline", "eval"): 1, (SERVED, "convert"): 1,
-                         (SERVED, "bench"): 1, (SERVED, "eval"): 1}
+        kinds = Counter((r.variant, r.kind) for r in records if r.status == "done" and r.kind != "trial")
+        assert kinds == {("baseline", k): 1 for k in ("capacity", "bench", "eval", "tune")} | {
+            (SERVED, k): 1 for k in ("convert", "capacity", "bench", "eval", "tune")}
+        # per variant one trial of its own server: the defaults came from the capacity stage
+        assert Counter(r.variant for r in store.records(kind="trial", status="done")) == {"baseline": 1, SERVED: 1}
         failed = [r for r in records if r.variant == "bad-rope" and r.status == "failed"]
         assert failed and all("nosuchrope" in (r.error or "") for r in failed), [r.error for r in failed]
         assert not [r for r in records if r.status == "running"]
         bench = store.done(next(r.run_key for r in records if r.variant == SERVED and r.kind == "bench" and r.status == "done"))
         assert [p["concurrency"] for p in store.points(bench.id)] == [1, 2]
+        (model,) = store.models()
 
-    # 4. the report holds every variant, with numbers, from the store alone
+    # 4. the report holds every variant, with numbers, from the store alone, and the decision
     md = (report / "report.md").read_text()
     for name in ("baseline", SERVED, "bad-rope"):
         assert name in md
+    assert "## Recommended deployment" in md and "## Capacity under the SLO" in md
+    assert md.index("## Recommended deployment") < md.index("## Capacity under the SLO") < md.index("## Checkpoints")
+    assert (report / "report.html").stat().st_size > 10_000
     data = json.loads((report / "report.json").read_text())
     assert data["schema_version"] == 1
-    assert (report / "report.html").stat().st_size > 10_000
+    assert_recommendation(data)
+    # compare --json, given the recipe's gate, carries the same decision for CI pipelines
+    proc = subprocess.run([sys.executable, "-m", "quantkit", "compare", "--model", model, "-o", str(tmp_path / "r2"),
+                           "--min-recovery", "0.01", "--json"], env=env(home), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["decision"]["recommended"] == data["decision"]["recommended"]
+
+
+def assert_recommendation(data: dict) -> None:
+    """The decision the report states, as far as a 2-core machine's measurements allow one."""
+    decision = data["decision"]
+    rows = {r["name"]: r for r in data["rows"]}
+    cells = [rows[v][c] for v in ("baseline", SERVED) for c in ("capacity", "capacity_tuned")]
+    if all(c is None or (c["reason"] == "untrusted" and c["load"] is None) for c in cells):  # 2 cores: starved at every start
+        assert decision["status"] == "none_meets_slo" and "no variant has a trusted capacity" in decision["summary"]
+        return
+    assert decision["status"] == "recommended"
+    if rows["baseline"]["capacity"]["load"]:
+        assert decision["ratio_vs_baseline"] > 0
+    else:  # 2 cores: the client starved at the baseline's first point, and the decision says so
+        assert rows["baseline"]["capacity"]["reason"] == "untrusted" and decision["ratio_vs_baseline"] is None
+        assert "no trusted capacity" in decision["summary"]
+    assert decision["recommended"]["cell"]["command"].startswith("vllm serve ")
+    assert rows[SERVED]["method"] == SERVED and not rows[SERVED]["baseline"]
+    variant = rows[SERVED]
+    if variant["capacity"]["reason"] == "untrusted" and variant["capacity"]["load"] is None:
+        # 2 cores: the client starved at the variant's first point; its tuned cell then has no figure
+        assert variant["capacity"]["bound"] == "client" and variant["capacity_tuned"] is None
+    else:
+        assert variant["capacity_tuned"] is not None
+    assert any(p["name"] == "recovery_vs_capacity" and p["drawn"] for p in data["plots"])
 
 
 # `quantkit run` in a subprocess with one stage made to fail or wait by a patched runner (issue 39):

