@@ -9,7 +9,7 @@ export HF_DATASETS_OFFLINE ?= 1
 # first: quantkit setup --backend NAME). docs/BACKENDS.md has what each costs.
 TEST_BACKENDS ?= gptqmodel,autoawq,optimum,auto-gptq
 
-.PHONY: setup demo test test-slow test-unit test-backends
+.PHONY: setup demo test test-slow test-unit test-backends check-docs
 
 setup:
 	scripts/setup.sh
@@ -32,3 +32,7 @@ test-unit: setup
 
 test-backends: setup
 	QUANTKIT_TEST_BACKENDS=$(TEST_BACKENDS) .venv/bin/python -m pytest -ra tests/unit/test_backends_logic.py tests/integration/test_backends.py
+
+# The guide's statements that name what the code holds (no test reads docs/); .ci/run runs it first.
+check-docs: setup
+	.venv/bin/python scripts/check_docs.py

@@ -29,23 +29,23 @@
 #      `quantkit run recipes/smollm2-h200-acc.yaml --only V` at once (paired recovery intervals)
 # Settings (environment of `start`): STEPS (default "baseline fp8 agree int8": the order, "agree"
 # being B), DECISION (the recipe of C: llama8b-decision, llama8b-decision-tuned, llama8b-long),
-# AGREE_C (B's concurrencies), SEED_STORE (an earlier session's results.db to resume from). A word
-# RECIPE:V in STEPS runs variant V of benchmarks/gpu/recipes/RECIPE.yaml, so one session can mix
-# workloads (e.g. STEPS="llama8b-decision-tuned:fp8 llama8b-long:baseline llama8b-long:fp8").
+# AGREE_C (B's concurrencies), SEED_STORE (an earlier session's results.db, or a report's
+# raw/results.db.gz, to resume from). A word RECIPE:V in STEPS runs variant V of
+# benchmarks/gpu/recipes/RECIPE.yaml, so one session can mix workloads (e.g. STEPS="llama8b-decision-tuned:fp8 llama8b-long:baseline llama8b-long:fp8").
 # What 12-01 left (docs/reports/h200/decision-2026-12-01-tuned-long/README.md), for the next session:
-#   SEED_STORE=docs/reports/h200/decision-2026-12-01-tuned-long/raw/results.db \
+#   SEED_STORE=docs/reports/h200/decision-2026-12-01-tuned-long/raw/results.db.gz \
 #     STEPS="int8 llama8b-decision-tuned:baseline llama8b-long:int8" ... start EPOCH
 #   (the fp8 defaults re-measured beside its tuned trials; gptq/awq capacity need their conversions)
 # What 12-02 ran (docs/reports/h200/decision-2026-12-02/README.md): the 4-bit conversions beside the
 # 8-bit ones, SmolLM2's accuracy, then int8, gptq, awq capacity and fp8's again ("V!": --force):
-#   SEED_STORE=docs/reports/h200/decision-2026-12-01-tuned-long/raw/results.db SMOLLM2=1 \
+#   SEED_STORE=docs/reports/h200/decision-2026-12-01-tuned-long/raw/results.db.gz SMOLLM2=1 \
 #     CONVERT="llama8b-convert-8bit llama8b-convert-4bit" STEPS="int8 gptq awq fp8!" ... start EPOCH
 # What 12-02 left: the tuned bf16 (STEPS="llama8b-decision-tuned:baseline"), int8 and W4A16 at long
 # context (llama8b-long:int8), long-context tuning. ("fp8!" failed on 12-02: the conversion held
 # 16.8 GiB while vLLM started; fixed and checked with benchmarks/gpu/convert_releases_gpu.py.)
 # What 12-03 left (docs/reports/h200/steady-2026-12-03-60s/README.md): the decision at steady state.
 #   DECISION=llama8b-steady (Poisson windows, and the MLPerf tiers spanned on the same ladder), e.g.
-#   SEED_STORE=docs/reports/h200/decision-2026-12-02/raw/results.db CONVERT=llama8b-convert-8bit \
+#   SEED_STORE=docs/reports/h200/decision-2026-12-02/raw/results.db.gz CONVERT=llama8b-convert-8bit \
 #     DECISION=llama8b-steady STEPS="baseline fp8 int8" ... start EPOCH; a later session: gptq awq.
 #   quantkit's own client no longer stalls its points on a GPU (0b32843): no retry doubles a point.
 set -uo pipefail
@@ -97,9 +97,13 @@ start)
   rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
     && cp -r evals $QK_SITE/quantkit/eval_tasks
   echo "$1" > $Q/deadline
-  # SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db: an earlier session's store, so
-  # its finished stages are skipped (checkpoints are re-made: the store marks them missing)
-  if [ -n "${SEED_STORE:-}" ] && [ ! -f $QUANTKIT_HOME/results.db ]; then mkdir -p $QUANTKIT_HOME && cp "$SEED_STORE" $QUANTKIT_HOME/results.db; fi
+  # SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db.gz: an earlier session's store
+  # (the reports keep theirs gzipped), so its finished stages are skipped (checkpoints are re-made:
+  # the store marks them missing)
+  if [ -n "${SEED_STORE:-}" ] && [ ! -f $QUANTKIT_HOME/results.db ]; then
+    mkdir -p $QUANTKIT_HOME
+    case "$SEED_STORE" in *.gz) gunzip -c "$SEED_STORE" > $QUANTKIT_HOME/results.db ;; *) cp "$SEED_STORE" $QUANTKIT_HOME/results.db ;; esac
+  fi
   setsid nohup env AGREE_C="$AGREE_C" STEPS="$STEPS" DECISION="$DECISION" CONVERT="$CONVERT" SMOLLM2="$SMOLLM2" bash benchmarks/gpu/h200_decision.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"

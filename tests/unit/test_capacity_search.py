@@ -1,4 +1,4 @@
-"""Capacity search on synthetic latency curves made from the H200 benches in docs/reports/h200/
+"""Capacity search on synthetic latency curves made from the H200 benches in tests/data/h200/
 (8B shape, 512 in / 256 out): the search must find the grid truth to within its tolerance, spend
 few points, and never measure a load twice."""
 
@@ -14,7 +14,7 @@ import pytest
 from quantkit.errors import UsageError
 from quantkit.measure.search import Verdict, search_capacity
 
-H200 = Path(__file__).resolve().parents[2] / "docs" / "reports" / "h200"
+H200 = Path(__file__).resolve().parents[2] / "tests" / "data" / "h200"
 BENCHES = ["raw-2026-11-30/bench-bf16.json", "raw-2026-11-30/bench-int8.json", "raw-2026-11-30/bench-fp8.json",
            "raw-2026-12-01/bench-gptq.json", "dummy-weights/raw/sweep-w4a16.json"]
 SLOS = ([{"ttft_p95": t} for t in (0.1, 0.2, 0.3, 0.5, 0.8, 1, 1.5, 2, 3)]

@@ -1,6 +1,6 @@
 """`quantkit compare` keeps capacities of different workloads apart (issue 19's two workloads).
 
-The store is the first H200 session's own (docs/reports/h200/decision-2026-12-01/raw/results.db: bf16
+The store is the first H200 session's own (tests/data/h200/decision-2026-12-01/raw/results.db: bf16
 and fp8 capacity at 512 in / 256 out); a long-context capacity of the baseline is added to a copy,
 as `quantkit run benchmarks/gpu/recipes/llama8b-long.yaml --only baseline` stores it. The second
 session's store, with both workloads measured, gives the committed reports.
@@ -19,7 +19,7 @@ from quantkit.measure.slo import Slo
 from quantkit.report.gather import compare, parse_workload, pick_workload, workload_of
 from quantkit.store import Store
 
-REPORTS = Path(__file__).resolve().parents[2] / "docs/reports/h200"
+REPORTS = Path(__file__).resolve().parents[2] / "tests/data/h200"
 SEED = REPORTS / "decision-2026-12-01/raw/results.db"
 
 

@@ -80,7 +80,7 @@ def test_a_store_written_by_the_numbered_migrations_opens_in_place(tmp_path):
     import shutil
 
     path = tmp_path / "old.db"
-    shutil.copy(Path(__file__).parents[2] / "docs/reports/h200/raw-2026-12-01/results.db", path)
+    shutil.copy(Path(__file__).parents[2] / "tests/data/h200/raw-2026-12-01/results.db", path)
     old = sqlite3.connect(path)
     before = old.execute("SELECT COUNT(*) FROM records").fetchone()[0], old.execute("SELECT COUNT(*) FROM points").fetchone()[0]
     old.close()
