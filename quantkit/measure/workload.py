@@ -47,16 +47,11 @@ class PromptSource:
     def _load_tokenizer(self, folder: Path) -> None:
         if not (folder / "tokenizer_config.json").exists() and not (folder / "tokenizer.json").exists():
             raise UsageError(f"{folder} has no tokenizer (tokenizer.json / tokenizer_config.json)")
-        from transformers import AutoTokenizer  # heavy: only when prompts are built
+        from .. import tokenizer
 
-        from ..console import library_output
-
-        with library_output("transformers: tokenizer"):
-            self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
-        special = set(self._tokenizer.all_special_ids or [])
-        size = len(self._tokenizer)
+        self._tokenizer = tokenizer.load(folder)
         # Random ids exclude special tokens: a stray <|im_end|> mid-prompt is not a realistic input.
-        self._allowed = [i for i in range(size) if i not in special]
+        self._allowed = [i for i in range(self._tokenizer.size) if i not in self._tokenizer.special_ids]
 
     def prompts(self, n: int, stream: int) -> list[Prompt]:
         """n prompts for point number `stream` (0, 1, ...); -1 is the warm-up stream."""

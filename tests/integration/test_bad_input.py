@@ -228,7 +228,7 @@ CASES = [
     ("models-rm-unknown", ["models", "rm", "nope"], 2, ["not a checkpoint quantkit knows"], {}),
     ("unknown-command", ["benhc"], 2, ["No such command 'benhc'", "quantkit --help"], {}),
     ("missing-argument", ["bench"], 2, ["Missing argument", "quantkit bench --help"], {}),
-    ("keep-logs-setting", ["bench", W("model"), "--url", "http://127.0.0.1:9"], 1, ["QUANTKIT_KEEP_LOGS"], {"QUANTKIT_KEEP_LOGS": "many"}),
+    ("keep-logs-setting", ["bench", W("model"), "-c", "1"], 1, ["QUANTKIT_KEEP_LOGS"], {"QUANTKIT_KEEP_LOGS": "many"}),
 ]
 
 
