@@ -28,9 +28,9 @@ from .errors import UsageError, did_you_mean
 from .files import PLAIN_NAME_RULE, is_plain_name
 from .evals.gates import Gates, GrowSettings
 from .labels import BASELINE
-from .measure.capacity import CapacitySettings
-from .measure.slo import Slo
-from .measure.tune import TuneSettings
+from .measure.capacity.live import CapacitySettings
+from .measure.stats.slo import Slo
+from .measure.tune.study import TuneSettings
 from .methods import METHODS
 from .numbers import MAX_TOKENS, Concurrency, Count, CountOrZero, Positive, Seed, Tokens
 from .serve.config import ServeConfig
@@ -441,7 +441,7 @@ def load_run(path: str | Path) -> RunRecipe:
     if run.tune is not None and run.slo is None:
         raise UsageError(f"{source}: tune: maximizes the capacity under an SLO: set slo: too")
     if run.tune is not None:
-        from .measure.tune import resolve_space
+        from .measure.tune.study import resolve_space
 
         try:
             resolve_space(run.tune, gpus=0)

@@ -11,7 +11,7 @@ import pytest
 
 from quantkit import recipe as recipes
 from quantkit.errors import UsageError
-from quantkit.measure import tune
+from quantkit.measure.tune import study as tune
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.hardware_fit import check_servable, is_w4a8_fp8, kv_cache_label, refusal, serve_defaults
 

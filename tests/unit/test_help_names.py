@@ -7,7 +7,8 @@ import pytest
 import typer
 
 from quantkit.cli import app
-from quantkit.measure import profiles, tiers
+from quantkit.measure.capacity import profiles
+from quantkit.measure.stats import tiers
 from quantkit.recipe import ExecutorSettings
 from quantkit.registry import BACKENDS
 

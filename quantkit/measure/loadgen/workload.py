@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 class Prompt(BaseModel):
     token_ids: list[int] | None = None  # exact-length random prompts
@@ -49,7 +49,7 @@ class PromptSource:
             raise UsageError(f"{folder} has no tokenizer (tokenizer.json / tokenizer_config.json)")
         from transformers import AutoTokenizer  # heavy: only when prompts are built
 
-        from ..console import library_output
+        from ...console import library_output
 
         with library_output("transformers: tokenizer"):
             self._tokenizer = AutoTokenizer.from_pretrained(str(folder))
@@ -93,7 +93,7 @@ def _row_text(row: dict[str, Any]) -> str:
 def load_dataset(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise UsageError(f"dataset {path} does not exist")
-    from ..files import read_jsonl
+    from ...files import read_jsonl
 
     rows = read_jsonl(path)
     if bad := next((number for number, row in enumerate(rows, 1) if not isinstance(row, dict)), None):
