@@ -22,7 +22,7 @@ from ..store import keyed, run_key
 from ..store.kinds import stage_kind
 
 if TYPE_CHECKING:
-    from ..recipe import RunRecipe
+    from .recipe import RunRecipe
     from ..store import StageHandle
 
 

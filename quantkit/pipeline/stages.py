@@ -26,11 +26,11 @@ from .. import checkpoint, settings
 from ..console import info, stderr, warn
 from ..errors import BackendError, UsageError
 from ..models import ResolvedModel
-from ..recipe import MethodEntry, RunRecipe
 from ..store import RecordStore, failure_line, run_key
 from ..store.kinds import stage_kind
 from . import measures
 from .measures import capacity_key
+from .recipe import MethodEntry, RunRecipe
 
 
 class StageOutcome(BaseModel):

@@ -38,7 +38,7 @@ from ..measure.capacity.live import CapacityFigures, CapacityResult
 from ..measure.stats.point import BenchPoint
 from ..measure.stats.slo import Slo
 from ..measure.tune.study import Trial, TuneResult
-from ..recipe import StoredRecipe
+from ..quantize.recipe import StoredRecipe
 from ..store import Record
 
 M = TypeVar("M", bound=BaseModel)

@@ -9,7 +9,7 @@ import typer
 from quantkit.cli import app
 from quantkit.measure.capacity import profiles
 from quantkit.measure.stats import tiers
-from quantkit.recipe import ExecutorSettings
+from quantkit.pipeline.recipe import ExecutorSettings
 from quantkit.registry import BACKENDS
 
 

@@ -70,7 +70,7 @@ def test_measurement_keys_and_params_are_what_they_were(tmp_path):
     """Run keys decide resume: the registry's runners must build the keys (and params) the
     pipeline built before them, or every stored measurement would be redone."""
     from quantkit.pipeline.stages import RunContext, measure_keys
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
 
     for span in ([], ["ttft_p95=2"]):
         plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", capacity={"span": span})
@@ -114,7 +114,7 @@ def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_di
     from contextlib import contextmanager
 
     from quantkit.pipeline.stages import RunContext, RunSummary, measure_stages
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
 
     @contextmanager
     def no_server(folder, serve):
@@ -179,7 +179,7 @@ def test_stored_run_keys_stay_what_they_are(monkeypatch):
 
     from quantkit.measure.tune import study as tune
     from quantkit.pipeline.stages import RunContext, measure_keys
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
 
     plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", tune={"budget": 3})
     common = {"hardware": "h", "quantkit": "0"}
@@ -196,7 +196,7 @@ def test_a_standalone_command_and_a_run_stage_record_one_params_shape(tmp_path):
     """`quantkit bench --capacity` and a run's capacity stage: the report reads a record's
     workload from its params, so both build them through the kind's one `params`."""
     from quantkit.measure.capacity.live import CapacitySettings
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
     from quantkit.serve.config import ServeConfig
     from quantkit.store import standalone
 
