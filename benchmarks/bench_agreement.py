@@ -86,8 +86,8 @@ def vllm_bench(server: VLLMServer, model_dir: Path, args, out_dir: Path, index: 
 def quantkit_inline(server: VLLMServer, model_dir: Path, args, index: int):
     """quantkit's load generator in this process, prompts built beforehand: it starts in
     milliseconds when called (the CLI would spend seconds importing transformers first)."""
-    from quantkit.measure.loadgen import Target, run_point
-    from quantkit.measure.workload import PromptSource
+    from quantkit.measure.loadgen.generator import Target, run_point
+    from quantkit.measure.loadgen.workload import PromptSource
 
     prompts = PromptSource(model_dir, args.input_len, seed=100 + index).prompts(args.num_prompts, 0)
     target = Target(api_url=server.api_url, model=server.model_name)

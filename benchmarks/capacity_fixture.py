@@ -33,7 +33,7 @@ class FixedPrompts:
     """Prompts of exactly INPUT token ids (the engine counts them; their values do not matter)."""
 
     def prompts(self, n: int, stream: int):
-        from quantkit.measure.workload import Prompt
+        from quantkit.measure.loadgen.workload import Prompt
 
         return [Prompt(token_ids=[5 + (stream * 131 + i) % 997] * INPUT) for i in range(n)]
 
@@ -51,9 +51,9 @@ def truths(spec) -> dict[str, float]:
 def measure(profile: str, spec, min_s: float, max_s: float, tolerance: float):
     from engine_server import EngineServer
 
-    from quantkit.measure.capacity import CapacitySettings, run_capacity
-    from quantkit.measure.point import WindowSettings
-    from quantkit.measure.slo import parse_slo
+    from quantkit.measure.capacity.live import CapacitySettings, run_capacity
+    from quantkit.measure.stats.point import WindowSettings
+    from quantkit.measure.stats.slo import parse_slo
     from quantkit.serve.server import RemoteServer
 
     settings = CapacitySettings(profile=profile, input_len=INPUT, output_len=OUTPUT, tolerance=tolerance,

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 
 from quantkit import models
-from quantkit.measure.bench import measure_point
-from quantkit.measure.capacity import CapacitySettings, run_capacity
-from quantkit.measure.loadgen import Target, run_point
-from quantkit.measure.slo import parse_slo
-from quantkit.measure.workload import PromptSource
+from quantkit.measure.capacity.bench import measure_point
+from quantkit.measure.capacity.live import CapacitySettings, run_capacity
+from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.stats.slo import parse_slo
+from quantkit.measure.loadgen.workload import PromptSource
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.server import VLLMServer
 

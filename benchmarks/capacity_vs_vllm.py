@@ -23,9 +23,9 @@ import tempfile
 from pathlib import Path
 
 from quantkit import models
-from quantkit.measure.capacity import CapacitySettings, run_capacity
-from quantkit.measure.point import percentile
-from quantkit.measure.slo import parse_slo
+from quantkit.measure.capacity.live import CapacitySettings, run_capacity
+from quantkit.measure.stats.point import percentile
+from quantkit.measure.stats.slo import parse_slo
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.env import serve_env, vllm_command
 from quantkit.serve.server import VLLMServer

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from quantkit import models
 from quantkit.machine import cpu_isa
-from quantkit.measure.bench import run_bench
+from quantkit.measure.capacity.bench import run_bench
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.hardware_fit import serving_dtype
 from quantkit.serve.server import VLLMServer

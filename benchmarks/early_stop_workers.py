@@ -21,11 +21,11 @@ import time
 
 def main() -> None:
     from quantkit import models
-    from quantkit.measure.bench import measure_point
-    from quantkit.measure.capacity import EarlyStop
-    from quantkit.measure.loadgen import Target
-    from quantkit.measure.slo import parse_slo
-    from quantkit.measure.workload import PromptSource
+    from quantkit.measure.capacity.bench import measure_point
+    from quantkit.measure.capacity.live import EarlyStop
+    from quantkit.measure.loadgen.generator import Target
+    from quantkit.measure.stats.slo import parse_slo
+    from quantkit.measure.loadgen.workload import PromptSource
     from quantkit.serve.config import ServeConfig
     from quantkit.serve.server import VLLMServer
 

@@ -41,8 +41,8 @@ sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(1, str(REPO))  # runnable from a bare checkout too (the GPU host has no quantkit install)
 
 from fixtures.openai_stream import StreamFixture, late_share  # noqa: E402
-from quantkit.measure.loadgen import Target, max_workers, run_point, warmup  # noqa: E402
-from quantkit.measure.workload import Prompt  # noqa: E402
+from quantkit.measure.loadgen.generator import Target, max_workers, run_point, warmup  # noqa: E402
+from quantkit.measure.loadgen.workload import Prompt  # noqa: E402
 
 SATURATED_SHARE = 0.02  # of the fixture's writes more than 5 ms late
 

@@ -64,7 +64,7 @@ def child(kind: str, recipe: str) -> None:
     from quantkit import pipeline
     from quantkit.console import OutputMode
     from quantkit.pipeline.ray_executor import RayExecutor
-    from quantkit.recipe import ExecutorSettings
+    from quantkit.pipeline.recipe import ExecutorSettings
 
     executor = RayExecutor(ExecutorSettings(kind="ray"), OutputMode(quiet=True)) if kind == "ray" else "local"
     t0 = time.monotonic()

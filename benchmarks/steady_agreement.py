@@ -16,7 +16,7 @@ vLLM; rate 2: vLLM then quantkit; ...), the same workload (random tokens, `--inp
 Both arrive for the same time (quantkit's window, stretched the way quantkit stretches it when a rate
 is too low for the requests a pass needs, sets the length of vLLM's arrivals too). Each point starts
 on an idle server (/metrics: nothing running or waiting). Per rate and client: achieved rate (the
-window's completions over its span, the same formula for both: quantkit.measure.window.figures),
+window's completions over its span, the same formula for both: quantkit.measure.stats.window.figures),
 TTFT and TPOT p50/p95, requests measured, the SLO by point estimate (binding margin
 max(stat / limit) <= 1) and quantkit's verdict. Per client: the capacity where the binding margin
 crosses 1, log-log between the two bracketing rates, and the highest rate met; the ratio
@@ -48,13 +48,14 @@ import httpx
 
 from quantkit import models
 from quantkit.machine import has_gpu
-from quantkit.measure import profiles, samples
-from quantkit.measure.capacity import CapacitySettings, run_capacity
-from quantkit.measure.confidence import requests_needed
-from quantkit.measure.metrics import parse as parse_metrics
-from quantkit.measure.point import RequestResult, WindowSettings, percentile
-from quantkit.measure.slo import Slo, parse_slo
-from quantkit.measure.window import figures
+from quantkit.measure.capacity import profiles
+from quantkit.measure.stats import samples
+from quantkit.measure.capacity.live import CapacitySettings, run_capacity
+from quantkit.measure.stats.confidence import requests_needed
+from quantkit.measure.observe.metrics import parse as parse_metrics
+from quantkit.measure.stats.point import RequestResult, WindowSettings, percentile
+from quantkit.measure.stats.slo import Slo, parse_slo
+from quantkit.measure.stats.window import figures
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.env import serve_env, vllm_command
 from quantkit.serve.server import RemoteServer, VLLMServer
@@ -329,7 +330,7 @@ def write(run: dict, path: Path | None, keep: dict, samples_path: Path | None) -
         tmp.write_text(json.dumps(clean, indent=1))
         tmp.replace(path)
     if samples_path:
-        samples_path.write_text(json.dumps({"format": "quantkit.measure.samples (decode() gives the rows back)",
+        samples_path.write_text(json.dumps({"format": "quantkit.measure.stats.samples (decode() gives the rows back)",
                                             "points": keep}))
 
 

@@ -27,8 +27,8 @@ import json
 import random
 from pathlib import Path
 
-from quantkit.measure.point import percentile
-from quantkit.measure.samples import decode
+from quantkit.measure.stats.point import percentile
+from quantkit.measure.stats.samples import decode
 
 
 def p95(values: list[float]) -> float:

@@ -24,11 +24,11 @@ import random
 import time
 from array import array
 
-from quantkit.measure.client import Raw
-from quantkit.measure.loadgen import Converted, to_result
-from quantkit.measure.slo import parse_slo
-from quantkit.measure.watchers import stop_watch
-from quantkit.measure.window import WindowSettings, WindowStop
+from quantkit.measure.loadgen.client import Raw
+from quantkit.measure.loadgen.generator import Converted, to_result
+from quantkit.measure.stats.slo import parse_slo
+from quantkit.measure.loadgen.watchers import stop_watch
+from quantkit.measure.stats.window import WindowSettings, WindowStop
 
 
 def raws(n: int, tokens: int, rate: float, seed: int = 0) -> list[Raw]:

@@ -179,9 +179,16 @@ def method_of(checkpoint: CheckpointInfo | None) -> str | None:
     return method
 
 
-def _config_quant_method(folder: Path) -> str | None:
-    from .serve.formats import quantization_config
+def quantization_config(model_dir: Path) -> dict | None:
+    """config.json's `quantization_config`, or None (no file, unreadable, or not quantized)."""
+    try:
+        qc = read_config(model_dir).get("quantization_config")
+    except UsageError:  # the checks that need a config (validate) name what is wrong
+        return None
+    return qc if isinstance(qc, dict) else None
 
+
+def _config_quant_method(folder: Path) -> str | None:
     return (quantization_config(folder) or {}).get("quant_method")
 
 

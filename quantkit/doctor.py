@@ -172,7 +172,7 @@ def _limits(concurrency: int):
 
 def run_checks(concurrency: int = 256, recipe: str | None = None) -> list[Check]:
     if recipe is not None:
-        from .recipe import load_run
+        from .pipeline.recipe import load_run
 
         plan = load_run(recipe)
         concurrency = max([concurrency] + (plan.bench.concurrency if plan.bench else []))

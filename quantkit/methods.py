@@ -8,7 +8,7 @@ is read from here) and, where llm-compressor is one of them, the function that b
 llm-compressor modifiers. Its defaults (scheme, group size, calibration set) are its built-in
 recipe, `recipes/<name>.yaml`, which is named after it.
 
-A leaf module (it imports errors.py only): recipe.py, report/card.py and the backends all read
+A leaf module (it imports errors.py only): quantize/recipe.py, report/card.py and the backends all read
 it, and none of them may import another's layer. The builder is a "module:attr" string, imported
 only when llm-compressor runs (as registry.py does), so `quantkit --help` imports no torch.
 """

@@ -102,10 +102,10 @@ def eval_run(folder: Path, which: int, method: str, scores: dict[str, float] | N
 
 
 def bench_run(folder: Path, tok_s: list[float]):
-    from quantkit.measure.bench import BenchRun
+    from quantkit.measure.capacity.bench import BenchRun
     from quantkit.serve.config import ServeConfig
     from quantkit.serve.server import ServerInfo
-    from quantkit.measure.point import BenchPoint, Stats
+    from quantkit.measure.stats.point import BenchPoint, Stats
 
     def stats(mean):
         return Stats(n=8, mean=mean, p50=mean, p90=mean * 1.2, p95=mean * 1.3, p99=mean * 1.5, min=mean / 2, max=mean * 2)

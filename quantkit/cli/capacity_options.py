@@ -15,10 +15,10 @@ from typing import Annotated, Any, List, Optional
 import typer
 from pydantic import BaseModel
 
-from ..measure.capacity import CapacitySettings
-from ..measure.point import WindowSettings
-from ..measure.profiles import CPU_WINDOW, GPU_WINDOW, PROFILES
-from ..measure.tiers import TIERS
+from ..measure.capacity.live import CapacitySettings
+from ..measure.stats.point import WindowSettings
+from ..measure.capacity.profiles import CPU_WINDOW, GPU_WINDOW, PROFILES
+from ..measure.stats.tiers import TIERS
 from ..numbers import allowed, field_constraints
 from .options import checked_option
 

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .. import recipe as recipes
+from ..quantize import recipe as recipes
 from ..console import run_command, stdout
 from ..methods import METHODS
 from ..registry import BACKENDS

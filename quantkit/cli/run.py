@@ -13,8 +13,8 @@ from ..errors import BackendError, GateFailed, GateInconclusive
 from . import app
 from .. import numbers
 from ..files import output_folder
-from ..measure.tiers import TIERS
-from ..recipe import EXECUTORS
+from ..measure.stats.tiers import TIERS
+from ..pipeline.recipe import EXECUTORS
 from .options import Json, Quiet, mode, number_option
 
 def _print_summary(summary) -> None:
@@ -130,7 +130,7 @@ def compare(
 
     With --accuracy-from P, a model with random weights (speed only) is gated on P's accuracy.
     With --slo S, every capacity is re-derived under S from the points already stored."""
-    from ..measure.tiers import resolve
+    from ..measure.stats.tiers import resolve
     from ..report.gather import compare as do_compare, parse_workload
     from ..store import Store
     from .eval import parse_gates

@@ -95,8 +95,8 @@ def bench(
 ) -> None:
     """Serve MODEL_DIR in vLLM (or use --url), run load points, print latency/throughput, store the run."""
     from ..errors import UsageError
-    from ..measure.bench import bench as run_bench
-    from ..measure.slo import parse_slo
+    from ..measure.capacity.bench import bench as run_bench
+    from ..measure.stats.slo import parse_slo
 
     def body():
         nonlocal model_dir
@@ -126,9 +126,9 @@ def bench(
 def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, span, window, input_len, output_len,
               max_requests, seed, warmup, progress, extra, **server):
     from ..errors import UsageError, validation_as_usage_error
-    from ..measure import profiles
-    from ..measure.capacity import CapacitySettings, capacity
-    from ..measure.gpu import open_gpus
+    from ..measure.capacity import profiles
+    from ..measure.capacity.live import CapacitySettings, capacity
+    from ..measure.observe.gpu import open_gpus
 
     if any(extra):
         raise UsageError("--capacity chooses its own loads: leave out --concurrency, --rate, --sweep and --dataset")
@@ -178,7 +178,7 @@ def _print_capacity(result) -> None:
 
 
 def _point_row(p) -> list[str]:
-    from ..measure.load_kinds import kind
+    from ..measure.stats.load_kinds import kind
     from ..report.render import fmt, fmt_ms
 
     def ms(stats, stat: str) -> str:  # the report's latency figure, `-` for a point without it
@@ -287,9 +287,9 @@ def tune(
 ) -> None:
     """Search vLLM's serving knobs (Optuna, one server per trial) for the highest capacity under the SLO."""
     from ..errors import UsageError, validation_as_usage_error
-    from ..measure.capacity import CapacitySettings
-    from ..measure.slo import parse_slo
-    from ..measure.tune import TuneSettings, parse_space, tune as do_tune
+    from ..measure.capacity.live import CapacitySettings
+    from ..measure.stats.slo import parse_slo
+    from ..measure.tune.study import TuneSettings, parse_space, tune as do_tune
 
     def body():
         nonlocal model_dir

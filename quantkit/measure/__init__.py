@@ -1,2 +1,3 @@
-"""Measuring a served model under load: the client (loadgen), what it sends (workload), what a
-point is (point, slo), searches over the load axis (search), bench and tune."""
+"""Measuring a served model under load, in layers (each imports only those below it): tune (the
+knob search), capacity (bench, capacity under an SLO, stored ladders), loadgen (the load generator),
+observe (the server's /metrics and GPUs), stats (a point, its statistics and its SLO verdict)."""

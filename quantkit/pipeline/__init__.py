@@ -18,11 +18,11 @@ from pathlib import Path
 from .. import __version__, machine, models
 from ..console import OutputMode
 from ..labels import BASELINE
-from ..recipe import load_run
 from ..store import Store
 from .checks import check_model, check_plan, check_servable_methods
 from .executors import Executor, choose
 from .grow import grow_stage
+from .recipe import load_run
 from .stages import Lane, RunContext, RunSummary, StageOutcome
 
 __all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]

@@ -14,7 +14,7 @@ from pathlib import Path
 from .. import checkpoint, settings
 from ..errors import UsageError
 from ..models import ResolvedModel
-from ..recipe import RunRecipe
+from .recipe import RunRecipe
 
 
 def check_model(model: ResolvedModel, serves: bool = True) -> None:

@@ -14,8 +14,8 @@ from typing import Protocol
 
 from ..console import OutputMode
 from ..errors import SetupError, UsageError
-from ..recipe import ExecutorSettings
 from ..store import Store
+from .recipe import ExecutorSettings
 from .stages import Lane, RunContext, RunSummary, run_lane
 
 

@@ -22,7 +22,7 @@ from ..store import keyed, run_key
 from ..store.kinds import stage_kind
 
 if TYPE_CHECKING:
-    from ..recipe import RunRecipe
+    from .recipe import RunRecipe
     from ..store import StageHandle
 
 
@@ -69,7 +69,7 @@ def _eval_key(ctx: "KeyContext", fingerprint: str) -> str:
 
 
 def _run_capacity(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:
-    from ..measure.capacity import run_capacity
+    from ..measure.capacity.live import run_capacity
 
     result = run_capacity(server, folder, plan.slo, plan.capacity, label=label,
                           on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
@@ -77,7 +77,7 @@ def _run_capacity(plan: "RunRecipe", server, folder: Path, label: str, rec: "Sta
 
 
 def _run_bench(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHandle") -> None:
-    from ..measure.bench import run_bench
+    from ..measure.capacity.bench import run_bench
 
     b = plan.bench
     result = run_bench(server, folder, concurrency=b.concurrency, input_len=b.input_len, output_len=b.output_len,

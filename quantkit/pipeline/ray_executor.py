@@ -33,12 +33,12 @@ from typing import Any
 from .. import __version__, settings
 from ..console import OutputMode, info, warn
 from ..errors import BackendError, QuantkitError, SetupError, UsageError
-from ..recipe import ExecutorSettings
 from ..serve.env import free_port
 from ..store import Store
 from .progress import LaneView
 from .ray_lane import converted, finished, method_folder, planned_stages, run_variant
 from .ray_store import StoreActor
+from .recipe import ExecutorSettings
 from .stages import Lane, RunContext, RunSummary, StageOutcome, convert_key, run_lane
 
 CANCEL_GRACE_S = 30.0  # Ctrl-C: how long lanes get to stop their servers before they are killed

@@ -26,11 +26,11 @@ from .. import checkpoint, settings
 from ..console import info, stderr, warn
 from ..errors import BackendError, UsageError
 from ..models import ResolvedModel
-from ..recipe import MethodEntry, RunRecipe
 from ..store import RecordStore, failure_line, run_key
 from ..store.kinds import stage_kind
 from . import measures
 from .measures import capacity_key
+from .recipe import MethodEntry, RunRecipe
 
 
 class StageOutcome(BaseModel):
@@ -255,7 +255,7 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
     Where the variant's server did not start on the recipe's serve settings (`not_started`), no
     trial is started either: each would start from the same settings, and fail the same way, at
     the cost of a server start each."""
-    from ..measure import tune
+    from ..measure.tune import study as tune
 
     plan = ctx.plan
     slo = plan.slo
@@ -291,7 +291,7 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
 
 def _base_trial(record, space: dict[str, list[Any]], folder: Path, plan: RunRecipe):
     """The capacity stage's result as the study's base trial (vLLM's defaults for every knob)."""
-    from ..measure.tune import Trial
+    from ..measure.tune.study import Trial
     from ..serve.config import serve_command
 
     result = record.result or {}

@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import models, recipe as recipes, settings
+from .. import models, settings
+from ..checkpoint import RECORD_FILE, ConvertRecord, SourceModel, check_causal_lm, dir_size
 from ..console import info, library_output, step
 from ..errors import BackendError, UsageError
 from ..files import hidden_prefix, listed_while_here, output_folder, temp_folder
-from ..registry import BACKENDS
-from ..checkpoint import RECORD_FILE, ConvertRecord, SourceModel, check_causal_lm, dir_size
 from ..machine import hardware
+from ..registry import BACKENDS
+from . import recipe as recipes
 
 
 def default_output(model_name: str, method: str) -> Path:

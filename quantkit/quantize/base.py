@@ -9,7 +9,7 @@ from typing import Any, Iterable, Protocol
 
 from ..errors import UsageError
 from ..models import ResolvedModel
-from ..recipe import Recipe
+from .recipe import Recipe
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 from .. import settings
 from ..errors import UsageError
 from ..safeload import read_json
-from ..recipe import Calibration
+from .recipe import Calibration
 
 C4_OFFLINE = Path("c4") / "en_train_first1000.jsonl"
 TEXT_FIELDS = ("text", "content", "document", "sentence", "question")

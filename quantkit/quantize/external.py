@@ -30,9 +30,9 @@ from ..console import info, step
 from ..errors import BackendError, SetupError, UsageError
 from ..methods import METHODS
 from ..models import ResolvedModel
-from ..recipe import Recipe
 from . import calibration
 from .base import BackendResult, meta_model, resolve_group_size
+from .recipe import Recipe
 
 WORKERS = Path(__file__).parent / "workers"
 

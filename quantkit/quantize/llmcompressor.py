@@ -21,12 +21,12 @@ from typing import Any, Iterator
 
 from ..console import step
 from ..errors import BackendError, SetupError
-from ..models import ResolvedModel
-from ..recipe import Recipe
-from . import calibration
-from .base import BackendResult, resolve_group_size
 from ..machine import package_versions
 from ..methods import METHODS
+from ..models import ResolvedModel
+from . import calibration
+from .base import BackendResult, resolve_group_size
+from .recipe import Recipe
 
 
 class LLMCompressorBackend:

@@ -30,10 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import UsageError
 from ..evals.gates import overall_verdict
-from ..measure import load_kinds
-from ..measure.bench import BenchWorkload
-from ..measure.point import OVERLOADED
-from ..measure.slo import Slo
+from ..measure.stats import load_kinds
+from ..measure.capacity.bench import BenchWorkload
+from ..measure.stats.point import OVERLOADED
+from ..measure.stats.slo import Slo
 from ..serve.config import args_of, parallel_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
@@ -61,7 +61,7 @@ class Variant(BaseModel):
     method: str  # "bf16" (the source dtype) for the baseline, else the quant method
     model_dir: str
     convert: records.Convert | None = None  # DIR/quantkit.json (ConvertRecord); None for the baseline
-    bench: records.Bench | None = None  # a BenchRun (quantkit/measure/bench.py)
+    bench: records.Bench | None = None  # a BenchRun (quantkit/measure/capacity/bench.py)
     eval: records.Eval | None = None  # an EvalRun (quantkit/evals/results.py)
     recovery: records.Recovery | None = None  # a RecoveryReport against the baseline (evals/gates.py)
     accuracy_from: str | None = None  # the model whose evals gave recovery and gate (a proxy: proxy.py)
@@ -74,7 +74,7 @@ class Variant(BaseModel):
     weight_memory_bytes: int | None = None
     baseline: bool | None = None  # the reference variant (None: the one without a convert record)
     capacity: records.Capacity | None = None  # a CapacityResult: capacity under the SLO on the recipe's serve config
-    tune: records.Tune | None = None  # a TuneResult (measure/tune.py): the best configuration found and its capacity
+    tune: records.Tune | None = None  # a TuneResult (measure/tune/study.py): the best configuration found and its capacity
 
     model_config = ConfigDict(validate_assignment=True)
 
@@ -485,7 +485,7 @@ def build_report(variants: list[Variant], *, title: str, environment: dict, reci
     if len(versions) > 1:
         notes.append(f"variants were served by different vLLM versions: {', '.join(sorted(versions))}")
     decision = decide(rows)
-    from ..measure.slo import SLO_DEFINITION
+    from ..measure.stats.slo import SLO_DEFINITION
 
     return Report(
         title=title, created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),

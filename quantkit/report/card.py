@@ -20,10 +20,10 @@ from .. import __version__
 from ..checkpoint import ConvertRecord
 from ..evals.results import EvalRun, TaskResult
 from ..labels import BASELINE
-from ..measure import load_kinds
-from ..measure.bench import BenchRun, BenchWorkload
-from ..measure.capacity import CapacityResult
-from ..measure.tune import TuneResult
+from ..measure.stats import load_kinds
+from ..measure.capacity.bench import BenchRun, BenchWorkload
+from ..measure.capacity.live import CapacityResult
+from ..measure.tune.study import TuneResult
 from ..methods import METHODS
 from ..models import BUILTIN_BASE, BUILTIN_PROVENANCE
 from ..errors import UsageError

@@ -4,7 +4,7 @@ Only a steady-state capacity is published: the offered load (and, for Poisson ar
 in flight it produced), goodput and output tokens/s at it, the SLO, the load profile, the workload,
 the hardware and the bracket. A capacity measured as a burst (c prompts sent at once) measures a
 prefill burst, not what a server sustains, so the card says it is not published and what to run.
-Beside the SLO measured, each SLO tier of measure/tiers.py, judged from the same stored ladder.
+Beside the SLO measured, each SLO tier of measure/stats/tiers.py, judged from the same stored ladder.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..errors import UsageError
-from ..measure import profiles
-from ..measure.capacity import CapacityResult
-from ..measure.ladder import rederive
-from ..measure.tiers import TIERS
+from ..measure.capacity import profiles
+from ..measure.capacity.live import CapacityResult
+from ..measure.capacity.ladder import rederive
+from ..measure.stats.tiers import TIERS
 from ..store import Store
 from . import records
 from .decision import CapacityCell, capacity_cell

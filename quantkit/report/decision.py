@@ -23,8 +23,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..measure import load_kinds, profiles
-from ..measure.slo import Slo
+from ..measure.stats import load_kinds
+from ..measure.capacity import profiles
+from ..measure.stats.slo import Slo
 
 ELIGIBLE_GATES = ("pass", "reference", "no gates")
 
@@ -92,7 +93,7 @@ def _profile(settings: Any, default: str) -> str:
 
 def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaults",
                   command: str | None = None, label: str = "defaults") -> CapacityCell | None:
-    """A stored CapacityResult (measure/capacity.py, or its tolerant form: records.py) as a cell;
+    """A stored CapacityResult (measure/capacity/live.py, or its tolerant form: records.py) as a cell;
     None when there is none."""
     if result is None or not result.model_fields_set:
         return None
@@ -130,9 +131,9 @@ def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaul
 
 
 def _goodput(cap: Any, points: list[Any]) -> float | None:
-    """Goodput at capacity; at a Poisson capacity the offered rate x attainment, as capacity.py now
+    """Goodput at capacity; at a Poisson capacity the offered rate x attainment, as capacity/live.py now
     stores it, also for records stored before (their figure was the window's own, noisy count)."""
-    from ..measure.capacity import goodput_at
+    from ..measure.capacity.live import goodput_at
 
     if cap is None:
         return None

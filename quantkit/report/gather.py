@@ -28,13 +28,13 @@ from ..checkpoint import RECORD_FILE, ConvertRecord, method_of, weight_bytes
 from ..errors import UsageError
 from ..labels import BASELINE
 from ..safeload import read_json
-from ..measure.slo import Slo
+from ..measure.stats.slo import Slo
 from ..files import is_path_name, resolved
 from ..models import BUILTIN_PROVENANCE
 from ..evals.gates import VERDICTS, RecoveryReport, overall_verdict, recovery_of
-from ..measure.bench import BenchRun
-from ..measure import profiles
-from ..measure.capacity import CapacityResult
+from ..measure.capacity.bench import BenchRun
+from ..measure.capacity import profiles
+from ..measure.capacity.live import CapacityResult
 from ..store import MEASURED_KINDS, REPORTED_KINDS, Record, Store, result_kind
 from . import records
 from .build import Variant, build_report
@@ -187,9 +187,9 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
 
 def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
     """An interrupted or failed steady-state search as far as it got: its stored points judged under
-    its own SLO (measure/ladder.py), so the figures are its ladder's, never a finished search's
+    its own SLO (measure/capacity/ladder.py), so the figures are its ladder's, never a finished search's
     claim; None when it kept no result or no steady-state points (a burst)."""
-    from ..measure.ladder import rederive
+    from ..measure.capacity.ladder import rederive
 
     if not record.result or not (points := store.points(record.id)):
         return None
@@ -245,7 +245,7 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
             workload: tuple | None = None, accuracy_from: str | None = None, slo: Slo | None = None,
             stored_gates: bool = True, price_per_hour: float | None = None, about: str | None = None) -> dict[str, Any]:
-    """The report of a model's stored results; `slo` (a measure.slo.Slo) re-derives every capacity
+    """The report of a model's stored results; `slo` (a measure.stats.slo.Slo) re-derives every capacity
     under it from the stored ladders (ladders.py) instead of showing the SLO they were measured under.
     Without `gates`, the gates the run itself used (stored with its evals) apply, unless `stored_gates`
     is False; the report says which applied. `about`: what the run that measured it was (its

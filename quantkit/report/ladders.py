@@ -1,7 +1,7 @@
 """`quantkit compare --slo S`: every variant's capacity under S, judged again from its stored ladder.
 
 No point is measured: each capacity record's points keep their requests in the store, and
-measure/ladder.py judges their windows under S. The report says which SLO its ladders were measured
+measure/capacity/ladder.py judges their windows under S. The report says which SLO its ladders were measured
 under, and for each variant whose ladder does not cover S, what to run. A tuned configuration was
 searched under its own SLO and its trials keep no ladder the report could judge again, so under
 another SLO it is left out (said so).
@@ -10,9 +10,9 @@ another SLO it is left out (said so).
 from __future__ import annotations
 
 from ..errors import UsageError
-from ..measure.capacity import CapacityResult
-from ..measure.ladder import rederive
-from ..measure.slo import Slo
+from ..measure.capacity.live import CapacityResult
+from ..measure.capacity.ladder import rederive
+from ..measure.stats.slo import Slo
 from ..store import Record, Store
 from .build import Variant
 from .records import as_model

@@ -153,7 +153,7 @@ def _latency_vs_offered_load(ax_ttft, ax_tpot, report: "Report") -> None:
     percentiles grow with the window's length), p95 solid and p99 dashed, against the offered load;
     every limit of the measured SLO and the tiers drawn as a horizontal line, so a reader sees where
     each precision stops."""
-    from ..measure.point import OVERLOADED
+    from ..measure.stats.point import OVERLOADED
 
     colors = _colors(report)
     for r in report.rows:

@@ -17,7 +17,7 @@ names the model each is read as. Where a field is a mapping by nature (lm-eval's
 score, a package -> its version, a seed's name -> the seed), it stays a typed `dict[str, X]`, read by
 key. A record's params are read here too (`params`).
 
-`as_model` gives the strict model back where a computation needs one whole (measure/ladder.py).
+`as_model` gives the strict model back where a computation needs one whole (measure/capacity/ladder.py).
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from ..checkpoint import CalibrationUsed, CheckpointInfo, ConvertRecord, Quantiz
 from ..evals.gates import Gates, RecoveryReport
 from ..evals.results import EvalProtocol, EvalRun, EvalServer
 from ..machine import Hardware
-from ..measure.bench import BenchRun, BenchWorkload
-from ..measure.capacity import CapacityFigures, CapacityResult
-from ..measure.point import BenchPoint
-from ..measure.slo import Slo
-from ..measure.tune import Trial, TuneResult
-from ..recipe import StoredRecipe
+from ..measure.capacity.bench import BenchRun, BenchWorkload
+from ..measure.capacity.live import CapacityFigures, CapacityResult
+from ..measure.stats.point import BenchPoint
+from ..measure.stats.slo import Slo
+from ..measure.tune.study import Trial, TuneResult
+from ..quantize.recipe import StoredRecipe
 from ..store import Record
 
 M = TypeVar("M", bound=BaseModel)

@@ -1,7 +1,7 @@
 """The report's SLO tiers: every variant's capacity under each named tier, judged from its stored ladder.
 
-Beside the SLO the ladders were measured under, each tier of measure/tiers.py (with its source) gets
-a capacity per variant (re-derived by measure/ladder.py: nothing is measured), its ratio to bf16 on
+Beside the SLO the ladders were measured under, each tier of measure/stats/tiers.py (with its source) gets
+a capacity per variant (re-derived by measure/capacity/ladder.py: nothing is measured), its ratio to bf16 on
 vLLM's defaults as a bracket (the lowest and highest ratio the two capacity brackets allow), and its
 own decision (report/decision.py, so ties and gates are judged as in the main recommendation). A
 tier a ladder does not cover says so in its cell, and the notes say what to run.
@@ -14,10 +14,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import UsageError
-from ..measure.capacity import CapacityResult
-from ..measure.ladder import rederive
-from ..measure.slo import Slo
-from ..measure.tiers import TIERS
+from ..measure.capacity.live import CapacityResult
+from ..measure.capacity.ladder import rederive
+from ..measure.stats.slo import Slo
+from ..measure.stats.tiers import TIERS
 from ..store import Record, Store
 from .decision import CapacityCell, Decision, capacity_cell, decide
 

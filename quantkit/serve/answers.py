@@ -7,7 +7,7 @@ accepted (issue 39). Every answer quantkit reads from a server it starts or meas
 and one over it is `TooLarge`, never read on. Bodies are asked for uncompressed (a compressed body's
 size says nothing of what it decompresses to) and read raw: a server that compresses anyway sends
 bytes that do not parse, an error like any other bad answer. `alive` checks reads no body at all.
-The streamed completions are bounded by the load generator's client (measure/client.py).
+The streamed completions are bounded by the load generator's client (measure/loadgen/client.py).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ None means "vLLM's default" and is not passed.
 
 The fields are the one list of knobs: `KNOBS`, the `vllm serve` flags, `--serve-arg` names, the
 commands' flags (cli/options.py, from each field's `description`, its help text) and the tuner's
-knob names (measure/tune_space.py, checked against KNOBS) all follow from them. Adding a knob is
+knob names (measure/tune/space.py, checked against KNOBS) all follow from them. Adding a knob is
 one field here.
 """
 

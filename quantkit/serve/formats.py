@@ -18,8 +18,8 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..checkpoint import quantization_config
 from ..errors import UsageError
-from ..safeload import read_config
 
 # vLLM's override list starts with `humming` when the user asks for it, for any quantized checkpoint.
 _ANY_QUANTIZED = ("humming",)
@@ -46,15 +46,6 @@ _AWQ_GPU_ALIASES = ("awq_marlin", "auto_awq", "marlin")
 # Values that name a checkpoint format: on an unquantized checkpoint they have no weights to read
 # (online methods such as fp8 are another matter and are left to vLLM).
 _CHECKPOINT_ONLY = {"compressed-tensors", "gptq", "gptq_marlin", "auto_gptq", "marlin", "awq", "awq_marlin", "auto_awq"}
-
-
-def quantization_config(model_dir: Path) -> dict | None:
-    """config.json's `quantization_config`, or None (no file, unreadable, or not quantized)."""
-    try:
-        qc = read_config(model_dir).get("quantization_config")
-    except UsageError:  # the checks that need a config (checkpoint.validate) name what is wrong
-        return None
-    return qc if isinstance(qc, dict) else None
 
 
 def checkpoint_format(model_dir: Path) -> Format | None:

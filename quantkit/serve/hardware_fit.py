@@ -40,9 +40,9 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from ..checkpoint import quantization_config
 from ..errors import UsageError
 from ..machine import CpuIsa, cpu_isa, has_gpu
-from .formats import quantization_config
 
 W4A8_CAPABILITY = 9.0  # Hopper: H100, H200, GH200
 W4A8_GROUP = 128  # the only group size vLLM's W4A8 kernel takes

@@ -69,12 +69,12 @@ class StageKind:
 # The order is the report's reading order; it is stored nowhere.
 KINDS: dict[str, StageKind] = {k.name: k for k in (
     StageKind("convert", "quantkit.checkpoint:ConvertRecord", reported=True),
-    StageKind("bench", "quantkit.measure.bench:BenchRun", reported=True, importable=True, points=True),
+    StageKind("bench", "quantkit.measure.capacity.bench:BenchRun", reported=True, importable=True, points=True),
     StageKind("eval", "quantkit.evals.results:EvalRun", reported=True, importable=True),
-    StageKind("capacity", "quantkit.measure.capacity:CapacityResult", reported=True, measured=True,
+    StageKind("capacity", "quantkit.measure.capacity.live:CapacityResult", reported=True, measured=True,
               importable=True, points=True),
-    StageKind("tune", "quantkit.measure.tune:TuneResult", reported=True, measured=True),
-    StageKind("trial", "quantkit.measure.tune:Trial"),
+    StageKind("tune", "quantkit.measure.tune.study:TuneResult", reported=True, measured=True),
+    StageKind("trial", "quantkit.measure.tune.study:Trial"),
 )}
 
 # Every kind a record may have; only membership is checked.

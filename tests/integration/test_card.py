@@ -33,8 +33,8 @@ def test_card_command_writes_the_card_locally(world):
 def test_card_serves_with_tuned_knobs_and_shows_missing_bench(world):
     from huggingface_hub import ModelCard
 
-    from quantkit.measure.capacity import CapacitySettings
-    from quantkit.measure.tune import Trial, TuneResult, TuneSettings
+    from quantkit.measure.capacity.live import CapacitySettings
+    from quantkit.measure.tune.study import Trial, TuneResult, TuneSettings
     from quantkit.serve.config import ServeConfig
 
     store_runs(world["home"], world["ckpt"], world["baseline"], bench=False)

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fixtures"))
 import engine_sim as sim  # noqa: E402
 from engine_server import EngineServer  # noqa: E402
 
-from quantkit.measure.bench import measure_point  # noqa: E402
-from quantkit.measure.loadgen import Target, run_point  # noqa: E402
-from quantkit.measure.metrics import parse  # noqa: E402
-from quantkit.measure.workload import Prompt  # noqa: E402
+from quantkit.measure.capacity.bench import measure_point  # noqa: E402
+from quantkit.measure.loadgen.generator import Target, run_point  # noqa: E402
+from quantkit.measure.observe.metrics import parse  # noqa: E402
+from quantkit.measure.loadgen.workload import Prompt  # noqa: E402
 from quantkit.serve.server import RemoteServer  # noqa: E402
 
 

@@ -14,8 +14,8 @@ import time
 import pytest
 
 from fixtures.openai_stream import StreamFixture
-from quantkit.measure.loadgen import Target, run_point
-from quantkit.measure.workload import Prompt, poisson_schedule
+from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.loadgen.workload import Prompt, poisson_schedule
 
 pytestmark = pytest.mark.integration
 
@@ -195,7 +195,7 @@ def test_stop_when_ends_a_point_early_and_leaves_the_cut_requests_out(fixture, w
     flight, and reports only what finished, with the reason; nothing cut counts as a failure."""
     import time
 
-    from quantkit.measure.slo import parse_slo
+    from quantkit.measure.stats.slo import parse_slo
 
     c, n = 4, 200  # 200 requests of ~0.7 s at concurrency 4: ~35 s if it ran to its end
     seen: list[int] = []

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from quantkit.measure.bounds import classify, classify_capacity
-from quantkit.measure.metrics import parse, summarize
+from quantkit.measure.observe.bounds import classify, classify_capacity
+from quantkit.measure.observe.metrics import parse, summarize
 
 DATA = Path(__file__).parent / "data" / "vllm_series"
 
@@ -80,7 +80,7 @@ def test_a_point_shorter_than_the_scrape_interval_is_unknown_not_compute():
 def test_slots_one_short_of_max_num_seqs_in_a_sampled_gauge_are_the_slots():
     """CI: 8 streams on 4 slots, a 4-s point read once a second, saw at most 3 running; that is
     the slot ceiling read between engine steps, not the token budget."""
-    from quantkit.measure.bounds import slots_reached
+    from quantkit.measure.observe.bounds import slots_reached
 
     c = case("batch_slots")
     sm = c["point"]["server_metrics"]

@@ -17,8 +17,8 @@ from quantkit.cli import capacity_options as opts
 from quantkit.cli.serving import BenchNumPrompts, TuneNumPrompts
 from quantkit.cli.eval import parse_gates
 from quantkit.errors import UsageError, validation_as_usage_error
-from quantkit.measure.capacity import CapacitySettings
-from quantkit.measure.point import WindowSettings
+from quantkit.measure.capacity.live import CapacitySettings
+from quantkit.measure.stats.point import WindowSettings
 from quantkit.numbers import base_type, field_constraints
 
 MISSING = "/nonexistent/quantkit-model"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.measure.search import Verdict, search_capacity
+from quantkit.measure.capacity.search import Verdict, search_capacity
 
 H200 = Path(__file__).resolve().parents[2] / "tests" / "data" / "h200"
 BENCHES = ["raw-2026-11-30/bench-bf16.json", "raw-2026-11-30/bench-int8.json", "raw-2026-11-30/bench-fp8.json",

@@ -49,7 +49,7 @@ def metrics_of(size: int):
 
 
 def test_a_huge_metrics_page_is_no_series():
-    from quantkit.measure.metrics import PointMonitor
+    from quantkit.measure.observe.metrics import PointMonitor
 
     with ScriptedServer(metrics=metrics_of(4 * METRICS_LIMIT)) as server:
         monitor = PointMonitor(server.url, interval_s=60).start()
@@ -59,7 +59,7 @@ def test_a_huge_metrics_page_is_no_series():
 
 
 def test_a_huge_metrics_page_cannot_say_whether_the_server_drained():
-    from quantkit.measure.drain import wait_idle
+    from quantkit.measure.loadgen.drain import wait_idle
 
     with ScriptedServer(metrics=metrics_of(4 * METRICS_LIMIT)) as server:
         drained = asyncio.run(wait_idle(server.url, limit_s=5))

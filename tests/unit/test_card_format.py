@@ -12,7 +12,7 @@ from fixtures.markdown import rendered, structure
 from push_world import bench_run, make_checkpoint, store_runs
 
 from quantkit.hub import build_card, gather_evidence
-from quantkit.measure.point import BenchPoint, Stats
+from quantkit.measure.stats.point import BenchPoint, Stats
 from quantkit.report import render as R
 from quantkit.store import Store, run_key
 

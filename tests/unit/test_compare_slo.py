@@ -15,7 +15,7 @@ from fixtures.ladders import ladder
 from typer.testing import CliRunner
 
 from quantkit.cli import app
-from quantkit.measure.slo import parse_slo
+from quantkit.measure.stats.slo import parse_slo
 from quantkit.report.gather import compare
 from quantkit.serve.server import ServerInfo
 from quantkit.store import Store, run_key

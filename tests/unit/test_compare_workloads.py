@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.measure.slo import Slo
+from quantkit.measure.stats.slo import Slo
 from quantkit.report.gather import compare, parse_workload, pick_workload, workload_of
 from quantkit.store import Store
 

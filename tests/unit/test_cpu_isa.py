@@ -13,7 +13,8 @@ import pytest
 from quantkit import demo, machine
 from quantkit.errors import UsageError
 from quantkit.machine import CpuIsa, cpu_isa, imitation_env, isa_of
-from quantkit.recipe import for_method, load_run
+from quantkit.pipeline.recipe import load_run
+from quantkit.quantize.recipe import for_method
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.hardware_fit import (cpu_refusal, is_4bit_weights, refusal, scheme_refusal, serve_defaults,
                                          serving_dtype)

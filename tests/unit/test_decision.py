@@ -141,8 +141,8 @@ def test_the_report_opens_with_the_recommendation(tmp_path):
 def test_a_client_limited_first_point_is_no_capacity_not_an_slo_failure():
     """On 2 cores the server can starve quantkit's client at the first load: the search stops there
     (`untrusted`), and neither the capacity summary nor the decision may call that an SLO failure."""
-    from quantkit.measure.capacity import CapacityResult, CapacitySettings
-    from quantkit.measure.search import CapacitySearch
+    from quantkit.measure.capacity.live import CapacityResult, CapacitySettings
+    from quantkit.measure.capacity.search import CapacitySearch
     from quantkit.report import records
     from quantkit.report.decision import capacity_cell
 

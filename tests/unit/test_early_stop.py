@@ -3,10 +3,10 @@ grows and TTFT climbs with the send time)."""
 
 from __future__ import annotations
 
-from quantkit.measure.capacity import CapacitySettings, EarlyStop, oversaturated
-from quantkit.measure.metrics import Scrape
-from quantkit.measure.point import RequestResult
-from quantkit.measure.slo import parse_slo
+from quantkit.measure.capacity.live import CapacitySettings, EarlyStop, oversaturated
+from quantkit.measure.observe.metrics import Scrape
+from quantkit.measure.stats.point import RequestResult
+from quantkit.measure.stats.slo import parse_slo
 
 
 def req(ttft=0.1, tpot=0.05, start=0.0, ok=True, itl=None):

@@ -14,7 +14,8 @@ from quantkit.pipeline.executors import LocalExecutor, choose
 from quantkit.pipeline.progress import LaneView, figure
 from quantkit.pipeline.ray_executor import RayExecutor, lane_nodes, reachable, worker_env
 from quantkit.pipeline.ray_store import StoreActor
-from quantkit.recipe import ExecutorSettings, RunRecipe, parse_model
+from quantkit.pipeline.recipe import ExecutorSettings, RunRecipe
+from quantkit.quantize.recipe import parse_model
 
 NODE = {"name": "vm:abc123", "hostname": "vm", "ip": "10.0.0.2", "ray_node_id": "abc123" * 8, "pid": 7}
 

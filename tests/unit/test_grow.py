@@ -105,7 +105,7 @@ def fake_grow(server, plan, previous, goal, orders):
 def phase(tmp_path, monkeypatch):
     from quantkit.pipeline import grow as pipeline_grow
     from quantkit.pipeline.stages import Lane, RunContext, RunSummary
-    from quantkit.recipe import MethodEntry, RunRecipe
+    from quantkit.pipeline.recipe import MethodEntry, RunRecipe
     from quantkit.store import Store, run_key
 
     @contextmanager

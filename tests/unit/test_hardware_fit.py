@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from quantkit import recipe as recipes
+from quantkit.quantize import recipe as recipes
+from quantkit.pipeline.recipe import MethodEntry
 from quantkit.errors import UsageError
-from quantkit.measure import tune
+from quantkit.measure.tune import study as tune
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.hardware_fit import check_servable, is_w4a8_fp8, kv_cache_label, refusal, serve_defaults
 
@@ -108,13 +109,13 @@ def test_w4a8_methods_are_calibrated_4_bit_llmcompressor_methods():
 
 
 def test_a_run_variant_with_a_kv_cache_is_its_own_label():
-    entry = recipes.MethodEntry(method="fp8", kv_cache="fp8")
+    entry = MethodEntry(method="fp8", kv_cache="fp8")
     assert entry.label() == "fp8+kv-fp8" and entry.quant_recipe().kv_cache == "fp8"
     # the conversion reads the same overrides as the run key (a second list once dropped kv_cache)
     assert entry.overrides()["kv_cache"] == "fp8"
-    assert recipes.MethodEntry(method="fp8").label() == "fp8"
+    assert MethodEntry(method="fp8").label() == "fp8"
     with pytest.raises(UsageError, match="kv_cache"):
-        recipes.MethodEntry(checkpoint="some/release", kv_cache="fp8").check()
+        MethodEntry(checkpoint="some/release", kv_cache="fp8").check()
 
 
 def test_a_kv_cache_is_the_llmcompressor_backends_job(tmp_path):

@@ -7,8 +7,9 @@ import pytest
 import typer
 
 from quantkit.cli import app
-from quantkit.measure import profiles, tiers
-from quantkit.recipe import ExecutorSettings
+from quantkit.measure.capacity import profiles
+from quantkit.measure.stats import tiers
+from quantkit.pipeline.recipe import ExecutorSettings
 from quantkit.registry import BACKENDS
 
 

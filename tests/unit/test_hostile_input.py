@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from quantkit import models, recipe, settings
+from quantkit import models, settings
 from quantkit.errors import BackendError, SetupError, UsageError
+from quantkit.pipeline import recipe as run_recipe
+from quantkit.quantize import recipe
 from quantkit.serve import server as engine
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.server import VLLMServer, open_server
@@ -213,7 +215,7 @@ def test_an_alias_bomb_is_refused_in_milliseconds(depth):
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     t0 = time.monotonic()
     with pytest.raises(UsageError) as err:
-        recipe.parse_model(_bomb(depth), "bomb.yaml", recipe.RunRecipe)
+        recipe.parse_model(_bomb(depth), "bomb.yaml", run_recipe.RunRecipe)
     assert time.monotonic() - t0 < 1.0
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024  # KiB: under 50 MB
     assert err.value.one_line().startswith("bomb.yaml:9: YAML aliases expand this value to more than 100,000 values")
@@ -234,7 +236,7 @@ def test_a_recursive_alias_is_one_line_with_its_line(tmp_path, text, line):
     path = tmp_path / "rec.yaml"
     path.write_text("kind: run\nmodel: m\n" + text)
     with pytest.raises(UsageError) as err:
-        recipe.load_run(path)
+        run_recipe.load_run(path)
     assert err.value.one_line().startswith(f"{path}:{line + 2}: the YAML alias *")
     assert "recursive alias" in err.value.one_line()
 
@@ -470,7 +472,7 @@ def test_a_recipe_number_is_refused_with_its_line(tmp_path, template, value):
     path = tmp_path / "run.yaml"
     path.write_text("kind: run\nname: t\nmodel: smollm2-135m\n" + template.format(value) + "\n")
     with pytest.raises(UsageError) as err:
-        recipe.load_run(path)
+        run_recipe.load_run(path)
     assert err.value.one_line().startswith(f"{path}:4: "), err.value.one_line()
 
 
@@ -478,9 +480,9 @@ def test_an_empty_bench_concurrency_is_refused_not_skipped(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("kind: run\nname: t\nmodel: smollm2-135m\nbench: {concurrency: []}\n")
     with pytest.raises(UsageError, match=r"run.yaml:4: bench.concurrency: .*empty list measures nothing.*bench: null"):
-        recipe.load_run(path)
+        run_recipe.load_run(path)
     path.write_text("kind: run\nname: t\nmodel: smollm2-135m\nbench: null\n")
-    assert recipe.load_run(path).bench is None  # the way to run no bench
+    assert run_recipe.load_run(path).bench is None  # the way to run no bench
 
 
 # ----------------------------------------------------------------------------------------------
@@ -531,7 +533,7 @@ def _jsonl(tmp_path: Path, depth: int):
 
 def _calibration_json(tmp_path: Path, depth: int):
     from quantkit.quantize import calibration
-    from quantkit.recipe import Calibration
+    from quantkit.quantize.recipe import Calibration
 
     path = tmp_path / "calib.json"
     path.write_text(_nested(depth))

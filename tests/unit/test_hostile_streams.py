@@ -17,8 +17,8 @@ from __future__ import annotations
 import pytest
 
 from fixtures.scripted_server import DONE, ScriptedServer, chat_chunk, chunk, endless, event, usage
-from quantkit.measure.loadgen import Target, run_point
-from quantkit.measure.workload import Prompt
+from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.loadgen.workload import Prompt
 
 ASKED = 16
 N = 3  # requests per point

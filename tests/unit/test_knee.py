@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from quantkit.measure.search import find_knee, knee_from_grid, knee_grid
+from quantkit.measure.capacity.search import find_knee, knee_from_grid, knee_grid
 
 GRID = knee_grid(1, 1024)
 

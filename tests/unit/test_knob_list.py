@@ -4,7 +4,8 @@ and the flags a capacity bound's advice names all follow from (or are checked ag
 import re
 
 from quantkit.cli.options import KNOB_OPTIONS
-from quantkit.measure import bounds, tune_space
+from quantkit.measure.observe import bounds
+from quantkit.measure.tune import space as tune_space
 from quantkit.serve.config import BOOL_KNOBS, KNOBS, ServeConfig
 
 

@@ -1,4 +1,4 @@
-"""measure/ladder: a stored ladder of steady-state points judged again under another SLO.
+"""measure/capacity/ladder: a stored ladder of steady-state points judged again under another SLO.
 
 The points are built from requests whose latencies are known (TTFT = 0.1 s x load, a little spread),
 so the capacity under each SLO is known before the code runs."""
@@ -10,9 +10,9 @@ import pytest
 from fixtures.ladders import WINDOW, ladder, point
 
 from quantkit.errors import UsageError
-from quantkit.measure.capacity import CapacitySettings
-from quantkit.measure.ladder import rederive
-from quantkit.measure.slo import parse_slo
+from quantkit.measure.capacity.live import CapacitySettings
+from quantkit.measure.capacity.ladder import rederive
+from quantkit.measure.stats.slo import parse_slo
 
 def test_a_tighter_slo_finds_the_pass_below_the_first_failure():
     result, stored = ladder([1, 2, 4, 4.4, 8])
@@ -73,9 +73,9 @@ def test_a_span_search_stays_below_the_ladders_lowest_saturated_load():
     # the H200's fp8 ladder: 40 req/s passed, 44 and 48 saturated; a span search for a looser tier
     # started at 40 and, blind to the rest, grew to 83.5 and 57.8 req/s (both saturated, as any load
     # above 44 is): now it stays below 44, so the ladder it has answers the tier without a new point
-    from quantkit.measure.capacity import span_search
-    from quantkit.measure.point import BenchPoint
-    from quantkit.measure.search import search_capacity
+    from quantkit.measure.capacity.live import span_search
+    from quantkit.measure.stats.point import BenchPoint
+    from quantkit.measure.capacity.search import search_capacity
 
     kept = {x: BenchPoint.model_validate(point(x, ttft_per_rate=0.001, saturated=x > 40)) for x in (40.0, 44.0, 48.0)}
     asked = []

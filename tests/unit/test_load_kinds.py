@@ -3,7 +3,8 @@
 
 from types import SimpleNamespace
 
-from quantkit.measure import load_kinds, profiles
+from quantkit.measure.stats import load_kinds
+from quantkit.measure.capacity import profiles
 
 
 def test_every_profile_has_a_known_axis():

@@ -9,9 +9,9 @@ import statistics
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.measure.point import RequestResult, Stats, percentile, summarize
-from quantkit.measure.slo import Slo, parse_slo
-from quantkit.measure.workload import load_dataset, poisson_schedule
+from quantkit.measure.stats.point import RequestResult, Stats, percentile, summarize
+from quantkit.measure.stats.slo import Slo, parse_slo
+from quantkit.measure.loadgen.workload import load_dataset, poisson_schedule
 
 
 def numpy_percentile(values, q):

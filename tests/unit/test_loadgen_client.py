@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit.measure import loadgen
-from quantkit.measure.client import SharedSchedule
-from quantkit.measure.point import BenchPoint, ClientStats, RequestResult, client_limit, summarize, token_timeline
-from quantkit.measure.workload import Prompt
+from quantkit.measure.loadgen import generator as loadgen
+from quantkit.measure.loadgen.client import SharedSchedule
+from quantkit.measure.stats.point import BenchPoint, ClientStats, RequestResult, client_limit, summarize, token_timeline
+from quantkit.measure.loadgen.workload import Prompt
 
 
 def test_one_token_per_read_gives_the_read_gaps():
@@ -135,8 +135,8 @@ def test_request_body_is_what_vllm_bench_sends():
 
 def test_the_report_marks_a_client_limited_point_and_shows_tpot():
     from quantkit import report as R
-    from quantkit.measure.bench import BenchRun
-    from quantkit.measure.point import Stats
+    from quantkit.measure.capacity.bench import BenchRun
+    from quantkit.measure.stats.point import Stats
 
     def point(c: int, limited: bool) -> BenchPoint:
         s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
@@ -161,8 +161,8 @@ def test_the_report_marks_a_client_limited_point_and_shows_tpot():
 def test_the_report_marks_a_point_the_server_misreported_or_started_busy(flag, mark):
     """Issue 39's flags travel as client_limited does: stored point -> report row -> table and caption."""
     from quantkit import report as R
-    from quantkit.measure.bench import BenchRun
-    from quantkit.measure.point import Stats
+    from quantkit.measure.capacity.bench import BenchRun
+    from quantkit.measure.stats.point import Stats
 
     s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
 
@@ -186,7 +186,7 @@ def test_a_client_kept_waiting_is_measured_once_more_where_no_worker_can_be_adde
     """One core for the client (QUANTKIT_CLIENT_MAX_WORKERS=1): a point where the idle client was kept
     waiting by other processes is run once more; a client busy on its own core is not (it would
     be again), and neither is retried twice."""
-    from quantkit.measure.point import Stats
+    from quantkit.measure.stats.point import Stats
 
     monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "1")
     runs: list[int] = []
@@ -215,7 +215,7 @@ def test_a_signal_during_the_loop_cancels_it_then_reaches_the_programs_handler()
     import os
     import signal
 
-    from quantkit.measure import client
+    from quantkit.measure.loadgen import client
 
     seen = []
 
@@ -250,7 +250,7 @@ def test_a_signal_in_the_coroutines_last_stretch_is_not_lost(when):
     import signal
     import time
 
-    from quantkit.measure import client
+    from quantkit.measure.loadgen import client
 
     seen = []
 
@@ -293,7 +293,7 @@ def test_a_signal_in_the_coroutines_last_stretch_is_not_lost(when):
 def _message(obj, damage=None) -> bytes:
     import io
 
-    from quantkit.measure import wire
+    from quantkit.measure.loadgen import wire
 
     out = io.BytesIO()
     wire.send(out, obj)
@@ -314,7 +314,7 @@ def test_a_worker_report_that_cannot_be_read_fails_the_point_with_its_reason(tmp
     import subprocess
     import sys
 
-    from quantkit.measure.loadgen import _recv
+    from quantkit.measure.loadgen.generator import _recv
 
     (tmp_path / "worker-0.err").write_text("the worker's last line\n")
     (tmp_path / "stream").write_bytes(written)
@@ -332,7 +332,7 @@ def test_a_worker_still_writing_a_report_that_does_not_check_is_killed_not_waite
     import sys
     import time
 
-    from quantkit.measure.loadgen import _recv
+    from quantkit.measure.loadgen.generator import _recv
 
     (tmp_path / "worker-0.err").write_text("")
     writer = "import sys, time; sys.stdout.buffer.write(b'XXXX' + bytes(1 << 20)); time.sleep(120)"
@@ -353,7 +353,7 @@ def test_a_worker_without_a_whole_report_fails_the_point_with_its_reason(tmp_pat
     import subprocess
     import sys
 
-    from quantkit.measure.loadgen import _report
+    from quantkit.measure.loadgen.generator import _report
 
     (tmp_path / "worker-0.err").write_text("the worker's last line\n")
     if left is not None:
@@ -364,8 +364,8 @@ def test_a_worker_without_a_whole_report_fails_the_point_with_its_reason(tmp_pat
 
 
 def test_a_report_file_round_trips(tmp_path):
-    from quantkit.measure import wire
-    from quantkit.measure.loadgen import _report
+    from quantkit.measure.loadgen import wire
+    from quantkit.measure.loadgen.generator import _report
     import subprocess
     import sys
 
@@ -379,7 +379,7 @@ def test_a_report_file_round_trips(tmp_path):
 def test_a_slot_that_breaks_fails_the_job_instead_of_ending_it_short():
     """A broken `on_done` (here a NameError) once ended each worker's share after its first
     requests, and the point came back short with no error: it must raise."""
-    from quantkit.measure import client
+    from quantkit.measure.loadgen import client
     from quantkit.serve.env import free_port
 
     job = client.Job(url=f"http://127.0.0.1:{free_port()}/v1/completions", bodies=[b"{}"] * 20, slots=2,
@@ -397,7 +397,7 @@ def test_the_collector_leaves_the_processs_old_objects_alone_during_a_point():
     client for ~344 ms inside a point; run_loop freezes what existed before it and thaws it after."""
     import gc
 
-    from quantkit.measure import client
+    from quantkit.measure.loadgen import client
 
     kept = [object() for _ in range(1000)]  # stands for the process's imports
     seen = {}

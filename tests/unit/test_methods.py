@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit import recipe as recipes
+from quantkit.quantize import recipe as recipes
 from quantkit.errors import UsageError
 from quantkit.methods import METHODS, Method, MethodRegistry
 from quantkit.registry import BACKENDS

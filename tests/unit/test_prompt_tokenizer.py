@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from quantkit import tokenizer
-from quantkit.measure.workload import PromptSource
+from quantkit.measure.loadgen.workload import PromptSource
 
 
 def transformers_view(folder: Path) -> tuple[frozenset[int], int, object]:
@@ -99,7 +99,7 @@ def test_no_tokenizer_json_goes_to_transformers(tmp_path):
 
 
 def test_building_prompts_does_not_import_torch(smollm2_dir):
-    code = ("import sys; from pathlib import Path; from quantkit.measure.workload import PromptSource; "
+    code = ("import sys; from pathlib import Path; from quantkit.measure.loadgen.workload import PromptSource; "
             f"PromptSource(Path({str(smollm2_dir)!r}), input_len=8).prompts(2, 0); "
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -9,7 +9,7 @@ import pytest
 from quantkit.errors import UsageError
 from quantkit.quantize import calibration
 from quantkit.quantize.base import choose_group_size, is_ignored
-from quantkit.recipe import Calibration
+from quantkit.quantize.recipe import Calibration
 
 SMOLLM2_INPUTS = {  # SmolLM2-135M: hidden 576, 9 heads x 64, intermediate 1536
     "model.layers.0.self_attn.q_proj": 576,

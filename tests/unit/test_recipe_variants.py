@@ -19,7 +19,7 @@ import pytest
 from quantkit.errors import UsageError
 from quantkit.methods import METHODS
 from quantkit.pipeline.stages import checkpoint_dir, convert_key
-from quantkit.recipe import load_run
+from quantkit.pipeline.recipe import load_run
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_FREE = [m.name for m in METHODS if not m.calibrated]
@@ -112,7 +112,8 @@ def test_one_conversion_under_two_names_is_refused(tmp_path, methods):
     assert line.startswith(f"{path}: methods ") and "are the same conversion (method " in line
     assert "one variant under two names; remove one, or make them differ" in line and "\n" not in line
     # what is refused is what collided: the two entries' run keys were one
-    from quantkit.recipe import MethodEntry, RunRecipe, safeload
+    from quantkit import safeload
+    from quantkit.pipeline.recipe import MethodEntry, RunRecipe
 
     data, _ = safeload.load_yaml(path.read_text(), str(path))
     entries = [MethodEntry.model_validate(m) for m in data["methods"]]

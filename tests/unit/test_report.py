@@ -13,12 +13,12 @@ import math
 import pytest
 
 from quantkit import report as R
-from quantkit.measure.bench import BenchRun
-from quantkit.measure.search import KneeProbe, KneeResult
+from quantkit.measure.capacity.bench import BenchRun
+from quantkit.measure.capacity.search import KneeProbe, KneeResult
 from quantkit.serve.server import ServerInfo
 from quantkit.evals.gates import compare_to_baseline
 from quantkit.evals.results import DataInfo, EvalRun, ItemScores, Metric, TaskResult
-from quantkit.measure.point import BenchPoint, Stats
+from quantkit.measure.stats.point import BenchPoint, Stats
 from quantkit.checkpoint import ConvertRecord, SourceModel
 
 BASE_SIZE = 270_000_000

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from quantkit.measure.bench import BenchRun
-from quantkit.measure.capacity import CapacityResult
+from quantkit.measure.capacity.bench import BenchRun
+from quantkit.measure.capacity.live import CapacityResult
 from quantkit.report import build as R
 from quantkit.report import records
 

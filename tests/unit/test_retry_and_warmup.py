@@ -10,9 +10,9 @@ import asyncio
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from quantkit.measure.drain import wait_idle
-from quantkit.measure.point import WindowSettings
-from quantkit.measure.window import effective_warmup
+from quantkit.measure.loadgen.drain import wait_idle
+from quantkit.measure.stats.point import WindowSettings
+from quantkit.measure.stats.window import effective_warmup
 
 
 class Draining(BaseHTTPRequestHandler):

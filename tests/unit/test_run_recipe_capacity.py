@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.recipe import load_run
+from quantkit.pipeline.recipe import load_run
 
 RUNS = Path(__file__).resolve().parents[2] / "recipes" / "runs"
 

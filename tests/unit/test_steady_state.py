@@ -8,14 +8,14 @@ import random
 
 import pytest
 
-from quantkit.measure import profiles
-from quantkit.measure.capacity import CapacitySettings
-from quantkit.measure.confidence import batch_bounds, judge, requests_to_pass, share_bounds
-from quantkit.measure.point import RequestResult
-from quantkit.measure.samples import decode, encode
-from quantkit.measure.search import Verdict, search_capacity
-from quantkit.measure.slo import parse_slo
-from quantkit.measure.window import WindowSettings, WindowStop, split, summarize
+from quantkit.measure.capacity import profiles
+from quantkit.measure.capacity.live import CapacitySettings
+from quantkit.measure.stats.confidence import batch_bounds, judge, requests_to_pass, share_bounds
+from quantkit.measure.stats.point import RequestResult
+from quantkit.measure.stats.samples import decode, encode
+from quantkit.measure.capacity.search import Verdict, search_capacity
+from quantkit.measure.stats.slo import parse_slo
+from quantkit.measure.stats.window import WindowSettings, WindowStop, split, summarize
 
 
 def req(i, start, ttft=0.1, tpot=0.01, n=16, ok=True):
@@ -178,7 +178,7 @@ def test_settings_stored_before_windows_still_load():
 
 
 def test_the_steady_state_bound_names_the_decode_batch_or_the_prefill():
-    from quantkit.measure.bounds import DECODE_KNOB, PREFILL_KNOB, classify
+    from quantkit.measure.observe.bounds import DECODE_KNOB, PREFILL_KNOB, classify
 
     sm = {"samples": 20, "interval_s": 1.0, "running": {"max": 48, "mean": 40}, "waiting": {"mean": 0.1, "max": 1},
           "kv_usage": {"max": 0.2}, "deltas": {"generation_tokens": 4000}, "steps": 100}
@@ -191,7 +191,7 @@ def test_the_steady_state_bound_names_the_decode_batch_or_the_prefill():
 def test_a_low_load_window_stretches_until_a_pass_can_be_decided():
     """At 1.8 req/s a 25 s window holds ~45 requests, fewer than the 59 a p95 pass needs at 95%:
     such a point could only ever be undecided (the demo's gptq search ended "not met" that way)."""
-    from quantkit.measure.confidence import requests_needed
+    from quantkit.measure.stats.confidence import requests_needed
 
     assert requests_needed(parse_slo("ttft_p95=2,tpot_p95=150ms")) == requests_to_pass(0.95) == 59
     assert requests_needed(parse_slo("ttft_p99=2,tpot_mean=150ms")) == requests_to_pass(0.99)
@@ -229,7 +229,7 @@ def test_a_bracket_whose_pass_is_undecided_walks_down_to_a_decided_one():
 
 
 def test_a_search_without_a_capacity_says_why_in_one_word():
-    from quantkit.measure.search import CapacitySearch, CapacityStep, outcome
+    from quantkit.measure.capacity.search import CapacitySearch, CapacityStep, outcome
 
     def search(steps, capacity=None, reason="below_min"):
         return CapacitySearch(capacity=capacity, ceiling=None, reason=reason, tolerance=0.1, lo=1, hi=8,
@@ -246,8 +246,8 @@ def test_a_search_without_a_capacity_says_why_in_one_word():
 def test_goodput_at_a_poisson_capacity_is_the_offered_rate_times_attainment():
     # the window's count over its span carries the arrivals' Poisson noise: 6.79 req/s "done" at
     # 6.48 offered in the demo; the deployment's goodput at that offered rate is rate x attainment
-    from quantkit.measure.capacity import _goodput_at
-    from quantkit.measure.point import BenchPoint, WindowSummary
+    from quantkit.measure.capacity.live import _goodput_at
+    from quantkit.measure.stats.point import BenchPoint, WindowSummary
 
     window = WindowSummary(verdict="pass", confidence=0.95, warmup_s=3, start_s=3, end_s=23, measured=130,
                            warmup_excluded=20, cooldown_excluded=0)

@@ -7,10 +7,10 @@ import threading
 import time
 from array import array
 
-from quantkit.measure import loadgen
-from quantkit.measure.client import Raw
-from quantkit.measure.loadgen import Converted, to_result
-from quantkit.measure.watchers import stop_watch
+from quantkit.measure.loadgen import generator as loadgen
+from quantkit.measure.loadgen.client import Raw
+from quantkit.measure.loadgen.generator import Converted, to_result
+from quantkit.measure.loadgen.watchers import stop_watch
 
 
 def _raw(i: int, start: float, tokens: int = 8) -> Raw:

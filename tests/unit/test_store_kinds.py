@@ -70,7 +70,7 @@ def test_measurement_keys_and_params_are_what_they_were(tmp_path):
     """Run keys decide resume: the registry's runners must build the keys (and params) the
     pipeline built before them, or every stored measurement would be redone."""
     from quantkit.pipeline.stages import RunContext, measure_keys
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
 
     for span in ([], ["ttft_p95=2"]):
         plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", capacity={"span": span})
@@ -114,7 +114,7 @@ def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_di
     from contextlib import contextmanager
 
     from quantkit.pipeline.stages import RunContext, RunSummary, measure_stages
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
 
     @contextmanager
     def no_server(folder, serve):
@@ -145,8 +145,8 @@ def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_di
         return _Result("eval")
 
     monkeypatch.setattr("quantkit.serve.server.VLLMServer", no_server)
-    monkeypatch.setattr("quantkit.measure.capacity.run_capacity", fake_capacity)
-    monkeypatch.setattr("quantkit.measure.bench.run_bench", fake_bench)
+    monkeypatch.setattr("quantkit.measure.capacity.live.run_capacity", fake_capacity)
+    monkeypatch.setattr("quantkit.measure.capacity.bench.run_bench", fake_bench)
     monkeypatch.setattr("quantkit.evals.run.run_eval", fake_eval)
     monkeypatch.setattr("quantkit.evals.run.prepare_eval", lambda folder, tasks, **k: f"prepared {tasks}")
     monkeypatch.setattr("quantkit.checkpoint.fingerprint", lambda folder: "fp")
@@ -177,9 +177,9 @@ def test_stored_run_keys_stay_what_they_are(monkeypatch):
     2e61afa; a deliberate key change updates these and says so."""
     from pathlib import Path
 
-    from quantkit.measure import tune
+    from quantkit.measure.tune import study as tune
     from quantkit.pipeline.stages import RunContext, measure_keys
-    from quantkit.recipe import RunRecipe
+    from quantkit.pipeline.recipe import RunRecipe
 
     plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", tune={"budget": 3})
     common = {"hardware": "h", "quantkit": "0"}
@@ -195,8 +195,8 @@ def test_stored_run_keys_stay_what_they_are(monkeypatch):
 def test_a_standalone_command_and_a_run_stage_record_one_params_shape(tmp_path):
     """`quantkit bench --capacity` and a run's capacity stage: the report reads a record's
     workload from its params, so both build them through the kind's one `params`."""
-    from quantkit.measure.capacity import CapacitySettings
-    from quantkit.recipe import RunRecipe
+    from quantkit.measure.capacity.live import CapacitySettings
+    from quantkit.pipeline.recipe import RunRecipe
     from quantkit.serve.config import ServeConfig
     from quantkit.store import standalone
 
@@ -219,7 +219,7 @@ def test_a_standalone_command_and_a_run_stage_record_one_params_shape(tmp_path):
 def test_a_setting_added_later_keeps_every_stored_key_until_it_is_set():
     # a newcomer's timed pass added a ServeConfig knob and every stored capacity, bench and eval key
     # changed with it (the keys hashed the whole dump, the new None field included)
-    from quantkit.measure.capacity import CapacitySettings
+    from quantkit.measure.capacity.live import CapacitySettings
     from quantkit.serve.config import ServeConfig
     from quantkit.store import keyed
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit.measure import tune
-from quantkit.measure.capacity import CapacitySettings
-from quantkit.measure.slo import parse_slo
+from quantkit.measure.tune import study as tune
+from quantkit.measure.capacity.live import CapacitySettings
+from quantkit.measure.stats.slo import parse_slo
 from quantkit.serve.config import ServeConfig
 from quantkit.store import Store
 
@@ -131,8 +131,8 @@ def test_a_search_stopped_by_the_client_says_so_whether_probe_or_full_search():
     """run_trial names an untrusted search "no trusted capacity" for the probe and for the full search
     (which starts at the probe's capacity and can meet a client-limited point there: CI, 2 cores),
     and nothing for a search whose SLO simply failed at the lowest load."""
-    from quantkit.measure.capacity import CapacityResult
-    from quantkit.measure.search import CapacitySearch
+    from quantkit.measure.capacity.live import CapacityResult
+    from quantkit.measure.capacity.search import CapacitySearch
 
     def result(reason):
         search = CapacitySearch(capacity=None, ceiling=2.0, reason=reason, tolerance=0.1, lo=2.0, hi=8.0, steps=[])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .slo import Slo, parse_slo
 
 

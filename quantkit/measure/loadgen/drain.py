@@ -6,7 +6,7 @@ working on them carries them into the next point: after a saturated capacity poi
 inherited 700 requests in flight and failed at a load the server sustains, so the search bracketed
 43.9-46.6 req/s below the truth (issue 39).
 
-Before each point (and before a point measured again, loadgen.py), `wait_idle` polls the server's
+Before each point (and before a point measured again, generator.py), `wait_idle` polls the server's
 `/metrics` until it has no request running or waiting (vLLM's vllm:num_requests_running and
 vllm:num_requests_waiting), up to a limit (QUANTKIT_DRAIN_TIMEOUT, 120 s). A point that starts with
 requests still there is measured all the same, and flagged (`started_busy`, with how many and how
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import httpx
 
-from ..serve import answers
-from .metrics import parse
+from ...serve import answers
+from ..observe.metrics import parse
 
 POLL_S = 0.5
 
@@ -47,7 +47,7 @@ class Drain:
 async def wait_idle(base_url: str, limit_s: float | None = None, headers: dict[str, str] | None = None) -> Drain:
     """Until the server at `base_url` (no /v1) has no request running or waiting by its /metrics, or
     `limit_s` (QUANTKIT_DRAIN_TIMEOUT) has passed."""
-    from ..settings import drain_timeout
+    from ...settings import drain_timeout
 
     limit_s = drain_timeout() if limit_s is None else limit_s
     started = time.monotonic()

@@ -28,27 +28,28 @@ from typing import Any, Callable, ClassVar
 
 from pydantic import BaseModel, Field, field_validator
 
-from ..console import info
-from ..errors import BackendError, UsageError
-from ..files import atomic_write_json, unique_path
-from ..secrets import mask_secrets
-from ..machine import hardware
-from ..numbers import Count, CountOrZero, Rate, Seconds, Seed, Tokens
-from ..serve.server import Server, ServerInfo
+from ...console import info
+from ...errors import BackendError, UsageError
+from ...files import atomic_write_json, unique_path
+from ...machine import hardware
+from ...numbers import Count, CountOrZero, Rate, Seconds, Seed, Tokens
+from ...secrets import mask_secrets
+from ...serve.server import Server, ServerInfo
+from ..loadgen.generator import Target, warmup
+from ..loadgen.workload import PromptSource, poisson_schedule
+from ..observe.bounds import CapacityBound, classify_capacity
+from ..observe.gpu import open_gpus
+from ..observe.metrics import PointMonitor, Scrape, slope
+from ..stats import load_kinds
+from ..stats import tiers
+from ..stats.confidence import requests_needed
+from ..stats.point import OVERLOADED, BenchPoint, RequestResult, percentile
+from ..stats.slo import Slo
+from ..stats.window import WindowSettings, WindowStop, idle_request_s
+from . import profiles
 from .bench import checkpoint_info, measure_point, results_dir, stamp
-from .bounds import CapacityBound, classify_capacity
-from .gpu import open_gpus
-from . import load_kinds
-from .loadgen import Target, warmup
-from .metrics import PointMonitor, Scrape, slope
-from .point import OVERLOADED, BenchPoint, RequestResult, percentile
 from .rejudge import judge_step, start_from
 from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, search_capacity
-from .slo import Slo
-from . import profiles, tiers
-from .confidence import requests_needed
-from .window import WindowSettings, WindowStop, idle_request_s
-from .workload import PromptSource, poisson_schedule
 
 # A steady state's latency is flat, then climbs steeply near saturation: a power law through two
 # flat points predicts no crossing at all, so growth is capped harder than a burst's (8x)
@@ -484,9 +485,9 @@ def capacity(model_dir: Path, slo: Slo | None, settings: CapacitySettings | None
              config: Any = None, port: int | None = None, startup_timeout: float = 600.0,
              out_dir: Path | None = None, on_point: Callable[[BenchPoint], None] | None = None) -> CapacityResult:
     """`quantkit bench DIR --slo ... --capacity`: serve (or attach), search, record in the store."""
-    from ..serve.config import ServeConfig
-    from ..serve.server import open_server
-    from ..store import Store, standalone
+    from ...serve.config import ServeConfig
+    from ...serve.server import open_server
+    from ...store import Store, standalone
 
     if slo is None:
         raise UsageError("--capacity needs an --slo, e.g. --slo ttft_p95=1,tpot_p95=0.1")

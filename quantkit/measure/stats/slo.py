@@ -23,13 +23,13 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
 
-from ..errors import UsageError, did_you_mean
-from ..numbers import MAX_SECONDS
-from .stats import METRICS, STATS, Stats, percentile
+from ...errors import UsageError, did_you_mean
+from ...numbers import MAX_SECONDS
+from .percentiles import METRICS, STATS, Stats, percentile
 
 
 class Request(Protocol):
-    """What a request's verdict reads (measure.point.RequestResult, which sits above this module)."""
+    """What a request's verdict reads (measure.stats.point.RequestResult, which sits above this module)."""
 
     ok: bool
     ttft: float | None
@@ -39,7 +39,7 @@ class Request(Protocol):
 
 
 class Point(Protocol):
-    """What a load point's verdict reads and sets (measure.point.BenchPoint)."""
+    """What a load point's verdict reads and sets (measure.stats.point.BenchPoint)."""
 
     ttft: Stats | None
     itl: Stats | None

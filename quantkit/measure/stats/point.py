@@ -12,10 +12,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ..numbers import MAX_SECONDS, Count, Seconds
+from ...numbers import MAX_SECONDS, Count, Seconds
 from . import load_kinds
+from .percentiles import METRICS, STATS, Stats, percentile  # noqa: F401 (point.X for callers)
 from .slo import Slo
-from .stats import METRICS, STATS, Stats, percentile  # noqa: F401 (point.X for callers)
 
 SCHEMA_VERSION = 1
 
@@ -214,8 +214,8 @@ class BenchPoint(BaseModel):
     goodput_req_s: float | None = None  # requests/s that met every SLO term on their own
     slo_attainment: float | None = None  # share of the point's requests that met every SLO term
     stopped_early: str | None = None  # why the point was cut short (its verdict was already decided)
-    server_metrics: dict[str, Any] | None = None  # measure.metrics.ServerMetrics: vLLM's /metrics during the point
-    gpus: list[dict[str, Any]] | None = None  # measure.gpu.GpuSummary per GPU (NVML), where there are GPUs
+    server_metrics: dict[str, Any] | None = None  # measure.observe.metrics.ServerMetrics: vLLM's /metrics during the point
+    gpus: list[dict[str, Any]] | None = None  # measure.observe.gpu.GpuSummary per GPU (NVML), where there are GPUs
     tokens_from_usage: bool = True
     partial: bool = False  # the server died during this point
     partial_reason: str | None = None

@@ -1,6 +1,6 @@
 """`quantkit tune`: vLLM's serving knobs searched for the highest capacity under an SLO.
 
-The objective is goodput at capacity (capacity.py: the requests/s meeting the SLO at the highest load that
+The objective is goodput at capacity (capacity/live.py: the requests/s meeting the SLO at the highest load that
 meets it), not tok/s at one fixed concurrency (where most knobs show no effect). The search is Optuna's: a TPE sampler (or random, or a grid) proposes configurations
 from the space, one vLLM server per trial, `budget` servers in all. Each trial first runs a cheap
 capacity probe (coarse tolerance, short points); Optuna's median pruner stops a trial whose probe
@@ -24,20 +24,20 @@ from typing import TYPE_CHECKING, Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from ..console import info, warn
-from ..errors import BackendError, QuantkitError, UsageError
-from ..numbers import Count, Seed
-from ..serve.config import ServeConfig, serve_command
-from .bounds import CapacityBound
-from .capacity import CapacityResult, CapacitySettings, run_capacity
-from .search import outcome
-from .slo import Slo
-from .tune_space import (BOOL_KNOBS, DEFAULT_SPACE, GPU_SPACE, TUNABLE, _gpu_count, check_knob, config_for,  # noqa: F401
+from ...console import info, warn
+from ...errors import BackendError, QuantkitError, UsageError
+from ...numbers import Count, Seed
+from ...serve.config import ServeConfig, serve_command
+from ..capacity.live import CapacityResult, CapacitySettings, run_capacity
+from ..capacity.search import outcome
+from ..loadgen.workload import PromptSource
+from ..observe.bounds import CapacityBound
+from ..stats.slo import Slo
+from .space import (BOOL_KNOBS, DEFAULT_SPACE, GPU_SPACE, TUNABLE, _gpu_count, check_knob, config_for,  # noqa: F401
                          invalid, label, parse_space, resolve_space)  # (callers read the space as tune.X)
-from .workload import PromptSource
 
 if TYPE_CHECKING:
-    from ..store import RecordStore
+    from ...store import RecordStore
 
 SCHEMA_VERSION = 2
 
@@ -137,7 +137,7 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
               prompts: PromptSource, should_prune: Callable[[float], bool], *, startup_timeout: float = 600.0,
               label_: str = "", on_point: Callable | None = None) -> dict[str, Any]:
     """One configuration on its own server: probe, then (unless pruned) the full search; `on_point`: its ladder."""
-    from ..serve.server import VLLMServer
+    from ...serve.server import VLLMServer
 
     probe_settings = capacity.model_copy(update={
         "tolerance": max(settings.probe_tolerance, capacity.tolerance), "waves": max(1.0, capacity.waves / 2),
@@ -198,8 +198,8 @@ def study_key(model_dir: Path, slo: Slo, capacity: CapacitySettings, settings: T
               space: dict[str, list[Any]], base: ServeConfig, vllm: str, common: dict[str, Any]) -> str:
     """Everything that defines a study's trials; the budget is not part of it (a larger budget
     continues the same study)."""
-    from .. import checkpoint
-    from ..store import keyed, run_key
+    from ... import checkpoint
+    from ...store import keyed, run_key
 
     return run_key("study", checkpoint=checkpoint.fingerprint(model_dir), slo=str(slo),
                    capacity=keyed(capacity, mode="json", exclude={"span"}), space=space, base=keyed(base, mode="json"),
@@ -223,7 +223,7 @@ def tune_study(store: RecordStore, *, model: str, variant: str, model_dir: Path,
     """Spend what is left of `settings.budget` server starts on the study `study`."""
     import optuna
 
-    from ..store import keyed, run_key
+    from ...store import keyed, run_key
 
     started = time.monotonic()
     model_dir = Path(model_dir).expanduser().absolute()
@@ -362,14 +362,14 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
          capacity: CapacitySettings | None = None, startup_timeout: float = 600.0, out_dir: Path | None = None,
          on_trial: Callable[[Trial], None] | None = None) -> TuneResult:
     """The standalone command: the study of this checkpoint, continued from the store."""
-    from .. import __version__, checkpoint, machine
-    from ..files import atomic_write_json
-    from ..secrets import mask_secrets
-    from ..serve.env import installed_vllm_version
-    from ..store import Store, run_key
-    from ..store.imports import default_names
-    from ..store.kinds import stage_kind
-    from .bench import results_dir, stamp
+    from ... import __version__, checkpoint, machine
+    from ...files import atomic_write_json
+    from ...secrets import mask_secrets
+    from ...serve.env import installed_vllm_version
+    from ...store import Store, run_key
+    from ...store.imports import default_names
+    from ...store.kinds import stage_kind
+    from ..capacity.bench import results_dir, stamp
 
     model_dir = Path(model_dir).expanduser().absolute()
     if not model_dir.is_dir():

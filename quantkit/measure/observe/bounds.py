@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from . import load_kinds
+from ..stats import load_kinds
 
 KV_FULL = 0.90  # KV-cache usage at or above which the cache is the limit
 QUEUED = 1.0  # mean waiting requests at or above which requests queued through the point

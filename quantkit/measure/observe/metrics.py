@@ -22,7 +22,7 @@ from typing import Any, Callable
 import httpx
 from pydantic import BaseModel, Field
 
-from ..serve import answers
+from ...serve import answers
 
 # quantity -> metric family names, newest first
 GAUGES: dict[str, tuple[str, ...]] = {

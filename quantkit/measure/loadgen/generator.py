@@ -30,7 +30,7 @@ time of the whole point (first send to last completion). Each point starts on a 
 A failed request is kept with its reason and counted; a point is never dropped. If the server dies
 during a point, the requests not yet sent are failed as "server died" and the point is `partial`.
 `stop_when(finished, elapsed_s)`, checked every second, may end a point whose verdict is already
-decided (capacity.py): the requests in flight are cancelled (vLLM aborts them), those not sent are
+decided (capacity/live.py): the requests in flight are cancelled (vLLM aborts them), those not sent are
 never sent, both are left out of the point, and `stopped_early` says why. With one worker (in
 this process) `finished` holds every finished request; with worker processes their requests are
 theirs until the point ends, so `stop_when` sees none and only its other signals (the server's
@@ -49,18 +49,18 @@ from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from ..console import warn
-from ..errors import BackendError, UsageError
+from ...console import warn
+from ...errors import BackendError, UsageError
+from ..stats.point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
+from ..stats.samples import encode as encode_samples
+from ..stats.slo import Slo
+from ..stats.window import WindowSettings
+from ..stats.window import summarize as window_summary
 from . import client
 from .client import SERVER_DIED, STOPPED, Job, Raw, WorkerReport
 from .drain import Drain, mark as mark_drain, wait_idle
-from .point import BenchPoint, ClientStats, RequestResult, percentile, summarize, token_timeline
-from .samples import encode as encode_samples
 from .tokens import credit, prompt as credit_prompt
 from .watchers import Stop, quiet_watch, stop_watch, watch
-from .slo import Slo
-from .window import WindowSettings
-from .window import summarize as window_summary
 from .workload import Prompt, fresh_prompts, poisson_schedule, stagger
 
 __all__ = ["Target", "run_point", "run_point_async", "warmup", "auto_workers", "max_workers", "SERVER_DIED", "STOPPED"]
@@ -220,7 +220,7 @@ async def _in_process(job: Job, alive, stop_when: Stop | None = None,
 
 async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
                         reason: list[str] | None = None) -> tuple[list[WorkerReport], float]:
-    """Worker processes (`python -m quantkit.measure.client`: a fresh interpreter each, no forked
+    """Worker processes (`python -m quantkit.measure.loadgen.client`: a fresh interpreter each, no forked
     threads or locks), one shared request counter and stop flag, one common start time once all
     are ready."""
     import subprocess
@@ -240,7 +240,7 @@ async def _in_processes(jobs: list[Job], alive, stop_when: Stop | None = None,
                 job_path = os.path.join(tmp, f"job-{w}")
                 wire.write_file(job_path, job)
                 err = open(os.path.join(tmp, f"worker-{w}.err"), "wb")
-                proc = subprocess.Popen([sys.executable, "-m", "quantkit.measure.client", schedule_path(tmp),
+                proc = subprocess.Popen([sys.executable, "-m", "quantkit.measure.loadgen.client", schedule_path(tmp),
                                          job_path, report_path(tmp, w)],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
                 err.close()
@@ -448,7 +448,7 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
     if workers is not None and workers < 1:
         raise UsageError("client workers must be at least 1")
     if request_timeout is None:
-        from ..settings import request_timeout as configured
+        from ...settings import request_timeout as configured
 
         request_timeout = configured()
     count = workers or auto_workers(concurrency, rate)
@@ -497,7 +497,7 @@ def run_point(*args, **kwargs) -> BenchPoint:
 def warmup(target: Target, prompts: list[Prompt], output_len: int) -> list[RequestResult]:
     """Requests sent before measuring (first-request costs: connection, kernel selection, caches),
     each given the request timeout a point's requests get (QUANTKIT_REQUEST_TIMEOUT)."""
-    from ..settings import request_timeout
+    from ...settings import request_timeout
 
     if not prompts:
         return []

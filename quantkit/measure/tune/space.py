@@ -1,5 +1,5 @@
 """The tuner's search space: vLLM's serving knobs and their choices, `--space` parsing, and the
-configurations vLLM would refuse without a server start (tune.py searches it)."""
+configurations vLLM would refuse without a server start (study.py searches it)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from ..errors import UsageError, did_you_mean
-from ..machine import cpu_isa, has_gpu
-from ..numbers import field_constraints, problem
-from ..serve.config import BOOL_KNOBS, KNOBS, ServeConfig
-from ..serve.hardware_fit import kv_cache_scheme
+from ...errors import UsageError, did_you_mean
+from ...machine import cpu_isa, has_gpu
+from ...numbers import field_constraints, problem
+from ...serve.config import BOOL_KNOBS, KNOBS, ServeConfig
+from ...serve.hardware_fit import kv_cache_scheme
 
 
 class SpaceSettings(Protocol):
@@ -74,7 +74,7 @@ def resolve_space(settings: SpaceSettings, gpus: int | None = None, model_dir: P
 
 
 def _gpu_count() -> int:
-    from .gpu import gpu_count
+    from ..observe.gpu import gpu_count
 
     return gpu_count()
 

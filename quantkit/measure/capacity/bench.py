@@ -22,7 +22,7 @@ they finish); readers (compare, card, push) read the store. Schema version 1:
     workload        {"input_len", "output_len", "dataset", "api", "seed", "warmup", "num_prompts"}
     slo             "ttft_p95=0.5,itl_p95=0.05" or null
     hardware        machine.hardware()
-    points          [measure.point.BenchPoint, ...] in the order measured; each has schema_version,
+    points          [measure.stats.point.BenchPoint, ...] in the order measured; each has schema_version,
                     profile ("concurrency"|"rate"), concurrency, rate, num_requests, duration_s,
                     successes, failures, failure_reasons, prompt_tokens, completion_tokens,
                     output_tok_s, total_tok_s, req_s, ttft/itl/tpot/e2e (seconds: n, mean, p50,
@@ -48,24 +48,24 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, Field
 
-from .. import checkpoint, settings
-from ..console import info, partial_result, warn
-from ..errors import BackendError, UsageError
-from ..files import atomic_write_json, unique_path
-from ..secrets import mask_secrets
-from ..machine import hardware, load_limits
-from ..numbers import Concurrency, Rate, Tokens, check
-from ..serve.config import ServeConfig
-from ..serve.server import Server, ServerInfo, open_server
-from .client import headers
-from .drain import before_point
-from .gpu import open_gpus
-from .loadgen import Target, run_point, warmup
-from .metrics import PointMonitor
-from .point import BenchPoint
+from ... import checkpoint, settings
+from ...console import info, partial_result, warn
+from ...errors import BackendError, UsageError
+from ...files import atomic_write_json, unique_path
+from ...machine import hardware, load_limits
+from ...numbers import Concurrency, Rate, Tokens, check
+from ...secrets import mask_secrets
+from ...serve.config import ServeConfig
+from ...serve.server import Server, ServerInfo, open_server
+from ..loadgen.client import headers
+from ..loadgen.drain import before_point
+from ..loadgen.generator import Target, run_point, warmup
+from ..loadgen.workload import PromptSource
+from ..observe.gpu import open_gpus
+from ..observe.metrics import PointMonitor
+from ..stats.point import BenchPoint
+from ..stats.slo import Slo
 from .search import KneeResult, find_knee
-from .slo import Slo
-from .workload import PromptSource
 
 SCHEMA_VERSION = 1
 
@@ -283,7 +283,7 @@ def bench(model_dir: Path, *, url: str | None = None, config: ServeConfig | None
           api: str = "completions", on_point: Callable[[BenchPoint], None] | None = None,
           **options: Any) -> BenchRun:
     """The standalone command: check everything, then serve, measure, and record in the store."""
-    from ..store import Store, standalone
+    from ...store import Store, standalone
 
     model_dir = Path(model_dir).expanduser().absolute()
     if not model_dir.is_dir():

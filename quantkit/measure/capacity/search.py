@@ -11,9 +11,9 @@ from typing import Callable, Literal
 
 from pydantic import BaseModel, Field
 
-from ..errors import UsageError
-from ..numbers import MIN_RATE
-from .point import OVERLOADED
+from ...errors import UsageError
+from ...numbers import MIN_RATE
+from ..stats.point import OVERLOADED
 
 class KneeProbe(BaseModel):
     x: float

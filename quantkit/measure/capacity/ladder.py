@@ -24,13 +24,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from ..errors import UsageError
+from ...errors import UsageError
+from ..stats.point import OVERLOADED, BenchPoint
+from ..stats.slo import Slo
 from . import profiles
-from .capacity import CapacityResult, finish
-from .point import OVERLOADED, BenchPoint
+from .live import CapacityResult, finish
 from .rejudge import Coverage, LadderStep, cover, judge_step, start_from  # noqa: F401 (ladder.X for callers)
 from .search import CapacitySearch, CapacityStep
-from .slo import Slo
 
 class Rederived(BaseModel):
     """A capacity re-derived from a ladder: the result (as a CapacityResult) and how well it is covered."""

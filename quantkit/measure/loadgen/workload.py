@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 class Prompt(BaseModel):
     token_ids: list[int] | None = None  # exact-length random prompts
@@ -47,7 +47,7 @@ class PromptSource:
     def _load_tokenizer(self, folder: Path) -> None:
         if not (folder / "tokenizer_config.json").exists() and not (folder / "tokenizer.json").exists():
             raise UsageError(f"{folder} has no tokenizer (tokenizer.json / tokenizer_config.json)")
-        from .. import tokenizer
+        from ... import tokenizer
 
         self._tokenizer = tokenizer.load(folder)
         # Random ids exclude special tokens: a stray <|im_end|> mid-prompt is not a realistic input.
@@ -88,7 +88,7 @@ def _row_text(row: dict[str, Any]) -> str:
 def load_dataset(path: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise UsageError(f"dataset {path} does not exist")
-    from ..files import read_jsonl
+    from ...files import read_jsonl
 
     rows = read_jsonl(path)
     if bad := next((number for number, row in enumerate(rows, 1) if not isinstance(row, dict)), None):

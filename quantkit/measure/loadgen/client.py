@@ -499,7 +499,7 @@ async def run_job(job: Job, t0: float | None, take: Callable[[], int], stopped: 
 class SharedSchedule:
     """The request counter and stop flag that worker processes share: 16 bytes of a file, taken
     under flock (a few microseconds, once per request). Plain files rather than multiprocessing's
-    primitives: workers then run as `python -m quantkit.measure.client`, whatever the caller's
+    primitives: workers then run as `python -m quantkit.measure.loadgen.client`, whatever the caller's
     `__main__` is (multiprocessing's spawn re-imports it, which breaks unguarded scripts)."""
 
     def __init__(self, path: str):
@@ -540,7 +540,7 @@ class SharedSchedule:
 
 
 def main() -> None:
-    """A worker process, `python -m quantkit.measure.client SCHEDULE JOB REPORT`: read its Job
+    """A worker process, `python -m quantkit.measure.loadgen.client SCHEDULE JOB REPORT`: read its Job
     from the JOB file, say ready on stdout, wait for the common start time on stdin, run, and
     leave the report in the REPORT file (`wire` messages all; the large ones go through files)."""
     import pickle
@@ -577,6 +577,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    from quantkit.measure.client import main as worker_main  # the module's own name: its classes pickle
+    from quantkit.measure.loadgen.client import main as worker_main  # the module's own name: its classes pickle
 
     worker_main()

@@ -3,7 +3,7 @@
 The judging is the rule a live point uses (confidence.judge at the point's confidence,
 window.still_rising, the window's minimum of requests) applied to the requests the store kept
 (samples.py) and the window they fell in. A saturated point fails any SLO; a client-limited one
-decides nothing. ladder.py turns the bracket into a capacity result; capacity.py's span search
+decides nothing. ladder.py turns the bracket into a capacity result; live.py's span search
 steers with `judge_step` and starts at `start_from`.
 """
 
@@ -13,11 +13,11 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from .confidence import judge
-from .point import OVERLOADED, BenchPoint, WindowSettings
-from .samples import decode
-from .slo import Slo
-from .window import still_rising
+from ..stats.confidence import judge
+from ..stats.point import OVERLOADED, BenchPoint, WindowSettings
+from ..stats.samples import decode
+from ..stats.slo import Slo
+from ..stats.window import still_rising
 
 Coverage = Literal["bracketed", "coarse", "above", "below", "undecided"]
 

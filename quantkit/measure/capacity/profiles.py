@@ -25,9 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from ..numbers import MAX_SECONDS
-from .load_kinds import KINDS, LoadKind
-from .point import WindowSettings
+from ...numbers import MAX_SECONDS
+from ..stats.load_kinds import KINDS, LoadKind
+from ..stats.point import WindowSettings
 
 
 class Sizing(Protocol):

@@ -7,11 +7,11 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Callable
 
-from ..console import warn
+from ...console import warn
 
 if TYPE_CHECKING:
     from .client import Job, Raw
-    from .point import RequestResult
+    from ..stats.point import RequestResult
 
 
 async def watch(alive: Callable[[], bool] | None, dead: Callable[[], None], every: float = 1.0,
