@@ -14,7 +14,10 @@
 # offered to the resolver beside the index. pip's configuration here is ignored (PIP_CONFIG_FILE=
 # /dev/null): its find-links and caps serve this machine's CPU build, not the target's.
 #
-# usage: scripts/lock_cuda.sh          (~1 min; needs the network; any python3: --python-version sets the target)
+# pip evaluates environment markers (`python_version > "3.11"`) against the interpreter it runs in,
+# not --python-version: it must run in a Python 3.12 (PYTHON, default python3.12).
+#
+# usage: scripts/lock_cuda.sh          (~1.5 min; needs the network)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -27,7 +30,12 @@ PYVER=3.12
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"${PYTHON:-python3}" -m venv "$tmp/venv"
+py=${PYTHON:-python3.12}
+if [ "$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)" != "$PYVER" ]; then
+  echo "error: $py is not a Python $PYVER (pip reads markers from the interpreter it runs in): set PYTHON to one" >&2
+  exit 2
+fi
+"$py" -m venv "$tmp/venv"
 pip=("$tmp/venv/bin/python" -m pip)
 "${pip[@]}" install -q --upgrade pip
 "${pip[@]}" wheel -q --no-deps -w "$tmp/source-built" "${SOURCE_ONLY[@]}"
@@ -55,7 +63,13 @@ pins = {(i["metadata"]["name"], i["metadata"]["version"]) for i in json.load(ope
 print("\n".join(f"{name}=={version}" for name, version in sorted(pins, key=lambda p: p[0].lower())))
 PY
   } > "$out"
-  echo "wrote $out ($(grep -vc '^#' "$out") packages)" >&2
+  # the file as a whole must resolve to itself: every dependency of every pin is pinned there
+  "${pip[@]}" install -q --dry-run --ignore-installed --only-binary=:all: --python-version "$PYVER" \
+    --implementation cp "${plat[@]}" --find-links "$tmp/source-built" --target "$tmp/target" \
+    --report "$tmp/check.json" -r "$out"
+  [ "$("$tmp/venv/bin/python" -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["install"]))' "$tmp/check.json")" \
+    = "$(grep -vc '^#' "$out")" ] || { echo "error: $out does not resolve to itself" >&2; exit 1; }
+  echo "wrote $out ($(grep -vc '^#' "$out") packages; resolves to itself)" >&2
 }
 
 lock requirements/vllm-cuda.txt "vLLM's CUDA build for serving (.venv-vllm on an NVIDIA GPU machine)" "${VLLM_TOP[*]}" "${VLLM_TOP[@]}"
