@@ -70,7 +70,7 @@ for env in $(field '" ".join(m["envs"])'); do
   if [ "$(cat "$site/.quantkit-stamp" 2>/dev/null)" != "$id bundle $accel" ]; then
     echo "installing the $env environment into $site ..."
     rm -rf "$site"
-    mkdir -p "$site/bin"
+    mkdir -p "$site"  # bin/ only after pip: pip --target skips a folder that is already there
     if grep -q . "$payload/requirements-$env.txt"; then  # empty where the target has every pin
       if ! "$py" -m pip install -q --no-index --no-deps --disable-pip-version-check --find-links "$payload/wheels" \
           --target "$site" -r "$payload/requirements-$env.txt" > "$dir/pip-$env.log" 2>&1; then
@@ -80,6 +80,7 @@ for env in $(field '" ".join(m["envs"])'); do
       fi
     fi
     # the environment's python: the target's interpreter with this folder first on its path
+    mkdir -p "$site/bin"
     printf '#!/bin/sh\nexport PYTHONPATH=%s PATH=%s/bin:$PATH\nexec %s "$@"\n' "$site" "$site" "$(command -v "$py")" > "$site/bin/python"
     chmod +x "$site/bin/python"
     echo "$id bundle $accel" > "$site/.quantkit-stamp"

@@ -1,5 +1,5 @@
 """`quantkit bundle` end to end on a tiny real bundle: two small pure-Python wheels (six for the main
-environment, idna for vLLM's) packed in chunks of a few kB, then installed by the bundle's own
+environment, idna and tabulate, which has a console script, for vLLM's) packed in chunks of a few kB, then installed by the bundle's own
 install.sh as on a machine with no network (pip --no-index), chunk by chunk; a corrupt chunk is
 refused. The wheels come from pip (this machine's configured index, else the registry)."""
 
@@ -17,7 +17,7 @@ from quantkit import bundle
 from quantkit.errors import UsageError
 
 PYTHON = "%d.%d" % sys.version_info[:2]
-WANTED = {"six": "1.17.0", "idna": "3.20"}
+WANTED = {"six": "1.17.0", "idna": "3.20", "tabulate": "0.10.0"}
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +26,7 @@ def wheelhouse(tmp_path_factory) -> Path:
     proc = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder),
                            *(f"{n}=={v}" for n, v in WANTED.items())], capture_output=True, text=True)
     if proc.returncode != 0:
-        pytest.skip(f"pip could not fetch six and idna here: {proc.stderr.strip()[-200:]}")
+        pytest.skip(f"pip could not fetch six, idna and tabulate here: {proc.stderr.strip()[-200:]}")
     return folder
 
 
@@ -34,7 +34,7 @@ def wheelhouse(tmp_path_factory) -> Path:
 def tiny(tmp_path_factory, wheelhouse) -> tuple[Path, dict]:
     work = tmp_path_factory.mktemp("bundle")
     (work / "main.txt").write_text("# the main environment\nsix==1.17.0\n")
-    (work / "vllm.txt").write_text("idna==3.20\nsix==1.17.0\n")
+    (work / "vllm.txt").write_text("idna==3.20\nsix==1.17.0\ntabulate==0.10.0\n")
     out = work / "out"
     manifest = bundle.build(out, python=PYTHON, chunk_mb=0.02, with_quantkit=False,
                             requirements={"main": work / "main.txt", "vllm": work / "vllm.txt"},
@@ -49,7 +49,7 @@ def test_the_manifest_names_each_wheel_with_its_version_digest_and_environments(
     assert {n: w["version"] for n, w in by_name.items()} == WANTED
     for name, wheel in by_name.items():
         assert wheel["sha256"] == hashlib.sha256((wheelhouse / wheel["file"]).read_bytes()).hexdigest()
-    assert by_name["six"]["envs"] == ["main", "vllm"] and by_name["idna"]["envs"] == ["vllm"]
+    assert by_name["six"]["envs"] == ["main", "vllm"] and by_name["idna"]["envs"] == by_name["tabulate"]["envs"] == ["vllm"]
     assert json.loads((out / "manifest.json").read_text()) == manifest
 
 
@@ -67,7 +67,7 @@ def test_every_chunk_folder_travels_alone_and_the_parts_reassemble(tiny, tmp_pat
         tar.extractall(tmp_path / "x")
     for wheel in manifest["wheels"]:
         assert hashlib.sha256((tmp_path / "x/wheels" / wheel["file"]).read_bytes()).hexdigest() == wheel["sha256"]
-    assert (tmp_path / "x/requirements-vllm.txt").read_text() == "idna==3.20\nsix==1.17.0\n"
+    assert (tmp_path / "x/requirements-vllm.txt").read_text() == "idna==3.20\nsix==1.17.0\ntabulate==0.10.0\n"
 
 
 def install(folder: Path, stash: Path) -> subprocess.CompletedProcess:
@@ -91,6 +91,10 @@ def test_install_sh_assembles_the_chunks_and_installs_each_environment_offline(t
     probe = subprocess.run([str(stash / "vllm/bin/python"), "-c", "import idna; print(idna.__file__)"],
                            capture_output=True, text=True)
     assert probe.stdout.startswith(str(stash / "vllm/idna/"))
+    # its console scripts too, run by the target's python with the folder on its path
+    script = subprocess.run(["sh", "-c", f". {stash}/env.sh; PYTHONPATH={stash}/vllm {stash}/vllm/bin/tabulate --help"],
+                            capture_output=True, text=True)
+    assert script.returncode == 0 and "usage" in script.stdout.lower()
     assert f"QUANTKIT_VLLM={stash}/vllm/bin/python" in (stash / "env.sh").read_text()
     assert "quantkit is not in this bundle" in last  # built with_quantkit=False: no doctor to run
     again = install(out / manifest["chunks"][-1]["folder"], stash)  # a chunk sent twice: nothing redone
