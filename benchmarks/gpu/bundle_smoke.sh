@@ -4,7 +4,8 @@
 # written with the image's torch and transformers, served by the bundle's vLLM (`vllm serve`,
 # eager: a load-and-generate check, not a speed figure), asked for one completion, then measured
 # briefly by the bundle's quantkit (`quantkit bench --url`, c = 1, 4). Prints each step's result;
-# logs under $OUT. Exit 0 only if the completion came back and the bench finished.
+# three files under $OUT (the server's log, the bench's JSON and its stderr: the device tool
+# brings back 8 files at most). Exit 0 only if the completion came back and the bench finished.
 #
 # usage, from the checkout's root on the GPU machine:   bash benchmarks/gpu/bundle_smoke.sh
 set -uo pipefail
@@ -48,7 +49,7 @@ echo "completion: $answer" | cut -c1-400
 rc=0
 echo "$answer" | grep -q '"completion_tokens":8' || rc=1
 quantkit bench $M --url http://127.0.0.1:$PORT -c 1,4 -n 8 --input-len 32 --output-len 16 \
-  --results-dir "$OUT/smoke-bench" --json > "$OUT/smoke-bench.json" 2> "$OUT/smoke-bench.err" || rc=1
+  --results-dir /tmp/smoke-bench --json > "$OUT/smoke-bench.json" 2> "$OUT/smoke-bench.err" || rc=1
 python3 -c "import json,sys; [print(f\"bench c={p['concurrency']}: {p['output_tok_s']:.0f} out tok/s, failures {p['failures']}\") for p in json.load(open(sys.argv[1]))['points']]" \
   "$OUT/smoke-bench.json" 2>/dev/null || { rc=1; tail -n 5 "$OUT/smoke-bench.err"; }
 kill $pid; wait $pid 2>/dev/null
