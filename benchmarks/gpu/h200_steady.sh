@@ -5,31 +5,27 @@
 # (the same plus --quantization fp8); 512 in / 256 out, SLO TTFT p95 <= 1 s, TPOT p95 <= 50 ms.
 # Run from the repository root on the GPU machine.
 #
-# Carrying (64 MiB per call): ../shared/gpu/bundle.sh vllm makes .gpu/vllm/pN (4 chunks of 48 MB);
-# or the same stack re-packed as xz in 3 chunks, one call fewer (.gpu/vx/pN, each with a file
-# `count` = 3), from the bundle's chunks:
-#   cat .gpu/vllm/p*/vllm.part.* | zstd -d | xz -9e -T2 > /tmp/vllm.tar.xz   (~15 min on 2 cores)
-#   then split it: vllm.xz.0 .. vllm.xz.2 into .gpu/vx/p0 .. p2 (p0 the smallest: .gpu/tok rides with it);
+# Carrying (64 MiB per call): the offline bundle's chunks .gpu/bundle/chunk-NN (common.sh);
 # .gpu/tok = SmolLM2's tokenizer files (tokenizer.json,
 # tokenizer_config.json, chat_template.jinja). Calls, back to back (the machine goes back 30 s
 # after a call ends):
-#   1, carry .gpu/vllm/p0 .gpu/tok:  bash benchmarks/gpu/h200_steady.sh stash .gpu/vllm/p0 .gpu/tok \
+#   1, carry .gpu/bundle/chunk-00 .gpu/tok:  bash benchmarks/gpu/h200_steady.sh stash .gpu/bundle/chunk-00 .gpu/tok \
 #                                      && bash benchmarks/gpu/h200_steady.sh start EPOCH
-#   2.., carry .gpu/vllm/pN:         bash benchmarks/gpu/h200_steady.sh stash .gpu/vllm/pN
+#   2.., carry .gpu/bundle/chunk-NN:  bash benchmarks/gpu/h200_steady.sh stash .gpu/bundle/chunk-NN
 #   then:                            bash benchmarks/gpu/h200_steady.sh wait SECONDS   (results to $OUT)
 # EPOCH: the deadline (date +%s), after which nothing new starts; give it the device time left.
 #
-# What runs (background, while the machine is held), once the vLLM stack is assembled: for each
+# What runs (background, while the machine is held), once the bundle is installed: for each
 # variant of VARIANTS (default "bf16 fp8") one server and steady_agreement.py at its rates
 # (BF16_RATES, FP8_RATES), each point DURATION s of arrivals (default 40), the first WARMUP s
 # (default 10) left out by both clients; a rate that cannot finish before the deadline is skipped.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 export QUANTKIT_STARTUP_TIMEOUT=900
-export QUANTKIT_VLLM=$Q/vllm-python
+export QUANTKIT_VLLM=$VLLM_PY
 W=${MODEL_DIR-/tmp/w8b/llama8b-bf16}  # MODEL_DIR: another checkpoint (a smoke test of this script on the CPU)
 QK_SITE=$Q/site-qk
-PY=(env PYTHONPATH=/tmp/site-vllm:$QK_SITE python3 -P)
+PY=(env PYTHONPATH=$VLLM_SITE:$QK_SITE python3 -P)
 VARIANTS=${VARIANTS-bf16 fp8}
 BF16_RATES=${BF16_RATES-38,46,42}  # the middle rate last: should the deadline cut it, the others still bracket
 FP8_RATES=${FP8_RATES-50,62,56}
@@ -45,22 +41,10 @@ case $cmd in
 stash)
   for d in "$@"; do
     case $d in
-      .gpu/vllm/*) bash "$d/stash.sh" ;;
-      .gpu/vx/*)  # the 3-chunk xz re-pack (below): assembled with Python's own lzma once all are here
-        mkdir -p /tmp/vx-chunks && cp "$d"/vllm.xz.* /tmp/vx-chunks/
-        n=$(ls /tmp/vx-chunks/vllm.xz.* | wc -l); echo "vllm xz chunks here: $n of $(cat "$d"/count)"
-        if [ "$n" = "$(cat "$d"/count)" ] && [ ! -d /tmp/site-vllm/vllm ]; then
-          t0=$(date +%s)
-          cat $(ls /tmp/vx-chunks/vllm.xz.* | sort) | python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer, 1 << 22)" \
-            | tar -x -C /tmp && echo 'export PYTHONPATH=/tmp/site-vllm PATH=/tmp/site-vllm/bin:$PATH' > /tmp/vllm-env.sh.new \
-            && [ -d /tmp/site-vllm/vllm ] && mv /tmp/vllm-env.sh.new /tmp/vllm-env.sh && rm -rf /tmp/vx-chunks \
-            && echo "vllm assembled in $(( $(date +%s) - t0 )) s"
-        fi ;;
+      .gpu/bundle/*) bash "$d/install.sh" ;;  # one chunk of the offline bundle; the last installs
       .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
     esac
   done
-  printf '#!/bin/sh\nexport PYTHONPATH=/tmp/site-vllm PATH=/tmp/site-vllm/bin:$PATH\nexec python3 "$@"\n' > $Q/vllm-python
-  chmod +x $Q/vllm-python
   ;;
 start)
   # quantkit and the script copied out of the checkout: a later call's transfer replaces the checkout
@@ -75,7 +59,7 @@ start)
 orchestrate)
   cp benchmarks/gpu/h200_steady.sh benchmarks/gpu/common.sh $Q/ 2>/dev/null
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt
-  until [ -f /tmp/vllm-env.sh ]; do sleep 3; [ "$(left)" -gt 0 ] || { log "vllm never arrived"; touch $Q/all.done; exit 1; }; done
+  until bundle_ready; do sleep 3; [ "$(left)" -gt 0 ] || { log "vllm never arrived"; touch $Q/all.done; exit 1; }; done
   log "vllm ready ($(left) s left)"
   first=quantkit
   for v in $VARIANTS; do

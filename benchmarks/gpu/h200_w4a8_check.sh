@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 29 on one H200: does vLLM 0.26 load and run quantkit's W4A8-FP8 output? After the vLLM
-# stack is stashed (h200_steady.sh stash .gpu/vx/p0..p2), with .gpu/w4a8-2lx carried (quantkit's
+# bundle is installed (h200_steady.sh stash .gpu/bundle/chunk-NN, common.sh), with .gpu/w4a8-2lx carried (quantkit's
 # W4A8-FP8 conversion of a 2-layer SmolLM2 cut, group 64, model.safetensors as xz; 41 MiB):
 #   1. the real checkpoint served (eager: a load-and-generate check, not a speed figure) and a
 #      short `quantkit bench` (c = 1, 4) against it;
@@ -8,9 +8,10 @@
 #      served eager and measured at c = 1, 32: which kernel vLLM picks at the deployed shape.
 # Results (JSON, logs with vLLM's kernel lines) under $OUT.
 set -uo pipefail
-Q=/tmp/qk; OUT=${OUT:-/tmp/out}; mkdir -p $Q/logs "$OUT"
-export QUANTKIT_HOME=/tmp/qkhome QUANTKIT_VLLM=$Q/vllm-python HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
-QK=(env PYTHONPATH=/tmp/site-vllm:$PWD python3 -P -m quantkit)
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # VLLM_SITE, VLLM_PY
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export QUANTKIT_HOME=/tmp/qkhome QUANTKIT_VLLM=$VLLM_PY HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
+QK=(env PYTHONPATH=$VLLM_SITE:$PWD python3 -P -m quantkit)
 S=$Q/w4a8-real; rm -rf $S && mkdir -p $S
 cp .gpu/w4a8-2lx/*.json .gpu/w4a8-2lx/*.jinja .gpu/w4a8-2lx/recipe.yaml $S/ && cp $Q/tok/* $S/
 python3 -c "import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2],'wb'), 1<<22)" \

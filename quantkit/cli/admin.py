@@ -1,7 +1,9 @@
-"""`quantkit models ls|rm` (what quantkit left on disk) and `quantkit doctor` (what to fix)."""
+"""`quantkit models ls|rm` (what quantkit left on disk), `quantkit doctor` (what to fix) and
+`quantkit bundle` (the environments packed for a machine with no network)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -90,3 +92,45 @@ def doctor(
         stdout.print(table)
 
     run_command(body, mode(json, quiet), _print)
+
+
+@app.command()
+def bundle(
+    out: Path = typer.Argument(..., help="Folder to write the bundle into (emptied first if it holds an earlier bundle)."),
+    accel: str = typer.Option("cuda", "--accel", help="Which lock files to pack: cuda (requirements/*-cuda.txt) or cpu."),
+    python: str = typer.Option("3.12", "--python", help="The target's Python release (MAJOR.MINOR)."),
+    platform: str = typer.Option("manylinux_2_31_x86_64", "--platform", help="The target's platform tag (manylinux_2_N_ARCH: glibc 2.N or newer)."),
+    chunk_mb: Optional[float] = typer.Option(None, "--chunk-mb", help="Cut the bundle into folders of at most this many MB (10^6 bytes) each, one per transfer."),
+    exclude: str = typer.Option("", "--exclude", help="Packages the target has, left out: comma-separated names or patterns (torch,nvidia-*,triton)."),
+    host_has: Optional[Path] = typer.Option(None, "--host-has", help="A `pip freeze` of the target: the pins it lists are left out."),
+    requirements: list[str] = typer.Option([], "--requirements", help="ENV=FILE: another lock file for env main or vllm (repeatable)."),
+    find_links: list[str] = typer.Option([], "--find-links", help="Also take wheels from this folder (passed to pip; repeatable)."),
+    no_index: bool = typer.Option(False, "--no-index", help="Take wheels only from --find-links folders, not the package index."),
+    no_quantkit: bool = typer.Option(False, "--no-quantkit", help="Leave quantkit itself out (the target runs it from a checkout)."),
+    json: Json = False, quiet: Quiet = False,
+) -> None:
+    """Pack both environments' wheels for another machine with no network, with an install script (docs/GPU.md)."""
+    from .. import bundle as bundling
+    from ..errors import UsageError
+
+    def body():
+        reqs = {}
+        for item in requirements:
+            env, sep, file = item.partition("=")
+            if not sep:
+                raise UsageError(f"--requirements {item}: give ENV=FILE, e.g. main=requirements/main-cuda.txt")
+            reqs[env] = Path(file)
+        pip_index = [arg for d in find_links for arg in ("--find-links", d)] + (["--no-index"] if no_index else [])
+        manifest = bundling.build(out, accel=accel, python=python, platform=platform, chunk_mb=chunk_mb,
+                                  exclude=exclude.split(","), host_has=host_has, requirements=reqs,
+                                  with_quantkit=not no_quantkit, pip_index=pip_index)
+        return {"folder": str(out), "wheels": len(manifest["wheels"]), "bytes": manifest["bytes"],
+                "left_out": len(manifest["left_out"]), "chunks": [c["folder"] for c in manifest["chunks"]]}
+
+    def human(r):
+        where = (f"{len(r['chunks'])} chunk folders ({r['chunks'][0]} .. {r['chunks'][-1]})" if r["chunks"] else "wheels/")
+        stdout.print(f"{r['folder']}: {r['wheels']} wheels, {r['bytes'] / 1e6:.0f} MB in {where}; {r['left_out']} "
+                     f"pins left out (the target has them). On the target: bash {r['folder']}/"
+                     + ("chunk-NN/install.sh for each chunk" if r["chunks"] else "install.sh"), soft_wrap=True)
+
+    run_command(body, mode(json, quiet), human)
