@@ -3,9 +3,10 @@
 # random-weight Llama (2 layers, hidden 256, a 512-word tokenizer made here: nothing to carry) is
 # written with the image's torch and transformers, served by the bundle's vLLM (`vllm serve`,
 # eager: a load-and-generate check, not a speed figure), asked for one completion, then measured
-# briefly by the bundle's quantkit (`quantkit bench --url`, c = 1, 4). Prints each step's result;
-# three files under $OUT (the server's log, the bench's JSON and its stderr: the device tool
-# brings back 8 files at most). Exit 0 only if the completion came back and the bench finished.
+# briefly by the bundle's quantkit (`quantkit bench --url`, c = 1, 4); then the main environment:
+# `quantkit convert --method fp8` (llm-compressor on the GPU) and `quantkit bench` of that checkpoint
+# on a server quantkit starts itself. Prints each step's result; seven files under $OUT (the device
+# tool brings back 8 files at most). Exit 0 only if the completion came back and the bench finished.
 #
 # usage, from the checkout's root on the GPU machine:   bash benchmarks/gpu/bundle_smoke.sh
 set -uo pipefail
@@ -53,5 +54,18 @@ quantkit bench $M --url http://127.0.0.1:$PORT -c 1,4 -n 8 --input-len 32 --outp
 python3 -c "import json,sys; [print(f\"bench c={p['concurrency']}: {p['output_tok_s']:.0f} out tok/s, failures {p['failures']}\") for p in json.load(open(sys.argv[1]))['points']]" \
   "$OUT/smoke-bench.json" 2>/dev/null || { rc=1; tail -n 5 "$OUT/smoke-bench.err"; }
 kill $pid; wait $pid 2>/dev/null
+
+# The main environment on the GPU: llm-compressor writes an FP8 checkpoint (data-free), and quantkit
+# serves it itself (vLLM from QUANTKIT_VLLM, the bundle's) for a short bench.
+t0=$(date +%s)
+quantkit convert $M --method fp8 -o /tmp/tiny-fp8 --json > "$OUT/smoke-convert.json" 2> "$OUT/smoke-convert.err" \
+  && echo "convert fp8: $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['method'], r['scheme'], f\"{r['wall_time_s']:.0f} s\")" "$OUT/smoke-convert.json") in $(( $(date +%s) - t0 )) s" \
+  || { rc=1; echo "convert fp8 FAILED:"; tail -n 8 "$OUT/smoke-convert.err"; }
+if [ -d /tmp/tiny-fp8 ]; then
+  quantkit bench /tmp/tiny-fp8 -c 1,4 -n 8 --input-len 32 --output-len 16 --max-model-len 512 --enforce-eager \
+    --gpu-memory-utilization 0.2 --results-dir /tmp/smoke-bench-fp8 --json > "$OUT/smoke-fp8.json" 2> "$OUT/smoke-fp8.err" || rc=1
+  python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('quantkit-served', r['checkpoint']['scheme'], 'on vLLM', r['server']['vllm_version'], '(' + r['server']['args'][0] + ')'); [print(f\"bench fp8 c={p['concurrency']}: {p['output_tok_s']:.0f} out tok/s, failures {p['failures']}\") for p in r['points']]" \
+    "$OUT/smoke-fp8.json" 2>/dev/null || { rc=1; tail -n 8 "$OUT/smoke-fp8.err"; }
+fi
 echo "smoke: $([ $rc = 0 ] && echo ok || echo FAILED)"
 exit $rc
