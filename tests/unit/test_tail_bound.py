@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit import tail_bound
+from quantkit.measure.stats import tail_bound
 
 
 @pytest.mark.parametrize("over, percentile, fewest_under", [(0, 0.99, 459), (0, 0.90, 44), (1, 0.90, 63), (1, 0.99, 661),
