@@ -1,11 +1,11 @@
 """The measurements `quantkit run` makes on a lane's one server, one `Measure` per stage kind.
 
 Each is the runner of one stage kind (`runner(kind)`; the kinds themselves are store/kinds.py's,
-which knows nothing of the pipeline) and says, for a recipe: whether the
-recipe asks for it (`wanted`), its run key (`key`), what its record's params hold beyond the
-shape every measurement's has (`extra`; the shape is `StageKind.params`: checkpoint, fingerprint,
-serving configuration, its own settings), and how it runs on a started server and finishes its
-record (`run`). stages.py runs them in `ORDER`.
+which knows nothing of the pipeline) and says, for a recipe: its run key (`key`), what its
+record's params hold beyond the shape every measurement's has (`extra`; the shape is
+`StageKind.params`: checkpoint, fingerprint, serving configuration, its own settings), and how it
+runs on a started server and finishes its record (`run`). Whether a recipe asks for it, and in
+which order they run, is the lane's stage table (stages.STAGES, place "server").
 
 A run key is a hash of everything that defines the result: the checkpoint's fingerprint, the
 stage's settings, the serving knobs, the vLLM version and the hardware. Changing what goes into
@@ -38,7 +38,6 @@ class KeyContext(Protocol):
 @dataclass(frozen=True)
 class Measure:
     kind: str
-    wanted: Callable[["RunRecipe"], bool]
     key: Callable[["KeyContext", str], str]
     extra: Callable[["RunRecipe"], dict[str, Any]]
     run: Callable[["RunRecipe", Any, Path, str, "StageHandle"], None]
@@ -95,16 +94,10 @@ def _run_eval(plan: "RunRecipe", server, folder: Path, label: str, rec: "StageHa
     rec.finish(result.model_dump(mode="json"), result.results_file)
 
 
-CAPACITY = Measure("capacity", wanted=lambda plan: plan.slo is not None, key=capacity_key,
-                   extra=lambda plan: {"slo": str(plan.slo)}, run=_run_capacity)
-BENCH = Measure("bench", wanted=lambda plan: plan.bench is not None, key=_bench_key,
-                extra=lambda plan: {}, run=_run_bench)
+CAPACITY = Measure("capacity", key=capacity_key, extra=lambda plan: {"slo": str(plan.slo)}, run=_run_capacity)
+BENCH = Measure("bench", key=_bench_key, extra=lambda plan: {}, run=_run_bench)
 # the gates travel with the eval so that `quantkit push` can apply the recipe's own gates later
-EVAL = Measure("eval", wanted=lambda plan: plan.eval is not None, key=_eval_key,
-               extra=lambda plan: {"gates": plan.gates.model_dump()}, run=_run_eval)
-
-# The measurements of a lane's one server, in the order they run
-ORDER = ("capacity", "bench", "eval")
+EVAL = Measure("eval", key=_eval_key, extra=lambda plan: {"gates": plan.gates.model_dump()}, run=_run_eval)
 
 
 def runner(kind: str) -> Measure:

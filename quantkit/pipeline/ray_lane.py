@@ -51,7 +51,7 @@ def planned_stages(ctx: RunContext, lane: Lane, store: RecordStore) -> tuple[lis
         folder = method_folder(ctx, lane, store)
         if not converted(folder):
             return [dict(s, model=ctx.model.name, variant=lane.label) for s in stages], False
-    for kind, key in measure_keys(ctx, checkpoint.fingerprint(folder)):
+    for kind, key in measure_keys(ctx, lane, checkpoint.fingerprint(folder)):
         stages.append({"kind": kind, "key": key, "params": {"checkpoint": str(folder)}})
     return [dict(s, model=ctx.model.name, variant=lane.label) for s in stages], True
 

@@ -1,5 +1,5 @@
 """The stages of one lane (a variant's chain: convert, then capacity, bench and eval on one server,
-then tune on servers of its own) and their run keys.
+then tune on servers of its own), `STAGES`, their table in run order, and their run keys.
 
 A variant with `checkpoint:` (an existing quantized checkpoint) has no convert stage. The capacity
 stage measures capacity under the recipe's SLO on the `serve:` configuration (vLLM's defaults plus
@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
@@ -89,31 +89,25 @@ def convert_key(ctx: RunContext, entry: MethodEntry) -> str:
     return run_key("convert", source=ctx.model.fingerprint(), recipe=entry.quant_recipe().canonical(), **ctx.common)
 
 
-# The measurements of a lane's one server, in the order they run (each kind's runner: measures.py)
-MEASURE_ORDER = measures.ORDER
-
-
-def measure_keys(ctx: RunContext, fingerprint: str) -> list[tuple[str, str]]:
+def measure_keys(ctx: RunContext, lane: Lane, fingerprint: str) -> list[tuple[str, str]]:
     """(kind, key) of the measurement stages the recipe asks for, in the order they run."""
-    runners = [measures.runner(kind) for kind in MEASURE_ORDER]
-    return [(m.kind, m.key(ctx, fingerprint)) for m in runners if m.wanted(ctx.plan)]
+    return [(s.kind, measures.runner(s.kind).key(ctx, fingerprint)) for s in lane_stages(ctx.plan, lane, "server")]
 
 
 def run_lane(ctx: RunContext, lane: Lane, store: RecordStore, summary: RunSummary) -> None:
-    """Convert (methods only), then measure on one server, then tune. A stage that fails, however it
-    fails (a QuantkitError, or any other exception: a bug, a server's reply the client did not
-    survive), is recorded failed with its reason and the lane and the matrix go on; only Ctrl-C
-    and SIGTERM (KeyboardInterrupt) end the run."""
-    if lane.entry is None:
-        folder = ctx.model.path
-    elif lane.entry.checkpoint is not None:
-        folder = checkpoint_stage(lane.entry, summary)
-    else:
-        folder = convert_stage(ctx, lane.entry, store, summary)
-    if folder is not None:
-        not_started = measure_stages(ctx, lane.label, folder, store, summary)
-        if ctx.plan.tune is not None:
-            tune_stage(ctx, lane.label, folder, store, summary, not_started=not_started)
+    """The lane's stages in `STAGES` order: the one before the server (a method's convert, or its
+    existing checkpoint), then the measurements on one server, then tune. A stage that fails,
+    however it fails (a QuantkitError, or any other exception: a bug, a server's reply the client
+    did not survive), is recorded failed with its reason and the lane and the matrix go on; only
+    Ctrl-C and SIGTERM (KeyboardInterrupt) end the run."""
+    folder = ctx.model.path  # the baseline is measured as it is
+    for stage in lane_stages(ctx.plan, lane, "before"):
+        folder = stage.run(ctx, lane.entry, store, summary)
+        if folder is None:  # no checkpoint to measure: its failure is recorded
+            return
+    not_started = measure_stages(ctx, lane, folder, store, summary)
+    for stage in lane_stages(ctx.plan, lane, "own"):
+        stage.run(ctx, lane.label, folder, store, summary, not_started=not_started)
 
 
 def stage_failure(exc: Exception) -> str:
@@ -124,7 +118,7 @@ def stage_failure(exc: Exception) -> str:
     return failure_line(exc)
 
 
-def checkpoint_stage(entry: MethodEntry, summary: RunSummary) -> Path | None:
+def checkpoint_stage(ctx: RunContext, entry: MethodEntry, store: RecordStore, summary: RunSummary) -> Path | None:
     """An existing checkpoint (local folder or Hub id), measured as it is."""
     from ..models import resolve
 
@@ -199,13 +193,14 @@ def owned_dir(folder: Path, key: str, store: RecordStore) -> Path:
     return beside
 
 
-def measure_stages(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary) -> str | None:
-    """The capacity, bench and eval stages on one server; the reason its server did not start, if
-    it did not (every pending stage then failed with it)."""
+def measure_stages(ctx: RunContext, lane: Lane, folder: Path, store: RecordStore, summary: RunSummary) -> str | None:
+    """The stages on the lane's one server (capacity, bench, eval); the reason its server did not
+    start, if it did not (every pending stage then failed with it)."""
     from ..serve.server import VLLMServer
 
+    label = lane.label
     todo = []
-    for kind, key in measure_keys(ctx, checkpoint.fingerprint(folder)):
+    for kind, key in measure_keys(ctx, lane, checkpoint.fingerprint(folder)):
         if store.done(key) and not ctx.force:
             info(f"[{label}] {kind}: done earlier ({key[:10]}), skipped")
             summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="skipped", run_key=key))
@@ -302,3 +297,50 @@ def _base_trial(record, space: dict[str, list[Any]], folder: Path, plan: RunReci
                  value=float(value or 0.0), probe=float(value or 0.0), capacity=cap or None,
                  capacity_load=cap.get("load"), bound=result.get("bound"), points=int(result.get("points_spent") or 0),
                  startup_s=(result.get("server") or {}).get("startup_s") or 0.0, reused=True)
+
+
+Place = Literal["before", "server", "own"]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage kind of a lane and where it runs (`place`):
+
+    - "before" the lane's server: `run(ctx, entry, store, summary)` gives the checkpoint folder the
+      other stages measure, or None (it failed, and said so): the lane ends there;
+    - on the lane's one "server": its runner is `measures.runner(kind)` (`run` is None), and every
+      such stage of the lane shares that server (`measure_stages`);
+    - on servers of its "own", once the lane's server has stopped: `run(ctx, label, folder, store,
+      summary, not_started=...)`, told why the lane's server did not start, if it did not.
+
+    `wanted(plan, lane)`: whether this lane runs it, for this recipe."""
+
+    kind: str
+    place: Place
+    wanted: Callable[[RunRecipe, Lane], bool]
+    run: Callable[..., Any] | None = None
+
+
+def _converts(lane: Lane) -> bool:
+    return lane.entry is not None and lane.entry.checkpoint is None
+
+
+def _brings_checkpoint(lane: Lane) -> bool:
+    return lane.entry is not None and lane.entry.checkpoint is not None
+
+
+# Every stage kind of a lane, in the order the lane runs them (and its summary lists them); a stored
+# one's record kind is store/kinds.py's (an existing checkpoint is resolved, never stored)
+STAGES = (
+    Stage("checkpoint", "before", lambda plan, lane: _brings_checkpoint(lane), checkpoint_stage),
+    Stage("convert", "before", lambda plan, lane: _converts(lane), convert_stage),
+    Stage("capacity", "server", lambda plan, lane: plan.slo is not None),
+    Stage("bench", "server", lambda plan, lane: plan.bench is not None),
+    Stage("eval", "server", lambda plan, lane: plan.eval is not None),
+    Stage("tune", "own", lambda plan, lane: plan.tune is not None, tune_stage),
+)
+
+
+def lane_stages(plan: RunRecipe, lane: Lane, place: Place) -> list[Stage]:
+    """The stages of `place` that this lane runs for this recipe, in run order."""
+    return [s for s in STAGES if s.place == place and s.wanted(plan, lane)]

@@ -38,6 +38,7 @@ from ..serve.config import args_of, parallel_of
 from ..serve.hardware_fit import kv_cache_label
 from ..serve.log import QUANT_NOISE
 from ..serve.server import ServerInfo
+from ..store import REPORTED_KINDS
 from . import records
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
 from .tiers import TierResult
@@ -78,7 +79,7 @@ class Variant(BaseModel):
 
     model_config = ConfigDict(validate_assignment=True)
 
-    @field_validator("convert", "bench", "eval", "recovery", "capacity", "tune", mode="before")
+    @field_validator(*REPORTED_KINDS, "recovery", mode="before")
     @classmethod
     def _stored(cls, value: Any) -> Any:
         # a strict result model (not its tolerant form) is read again as its JSON

@@ -30,7 +30,7 @@ from ..errors import UsageError
 from ..safeload import read_config
 from ..serve.config import KNOBS, ServeConfig
 from ..serve.server import ServerInfo
-from ..store import Store
+from ..store import MEASURED_KINDS, REPORTED_KINDS, Store
 from . import records
 from .build import Point, Row, TaskScore, Variant, points_of, row_of, top_point
 from .card_capacity import capacity_lines
@@ -453,7 +453,8 @@ def _provenance(ev: Evidence) -> list[str]:
     versions = dict((ev.convert.versions if ev.convert is not None else None) or {})
     if versions:
         out.append(md_escape("Conversion: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."))
-    for kind in ("convert", "bench", "eval"):
+    # the runs measured under no workload; a capacity's workload and hardware are its own section's
+    for kind in (k for k in REPORTED_KINDS if k not in MEASURED_KINDS):
         r = ev.stages.get(kind)
         out.append(f"- {kind}: " + (f"run {md_code(r.run_key)} {md_escape(f'({r.status}, finished {r.finished_at or MISSING})')}"
                                     if r else MISSING))

@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 
 from quantkit.pipeline import measures
+from quantkit.pipeline.stages import Lane
 from quantkit.store import Store, run_key
 from quantkit.store.kinds import (IMPORTABLE_KINDS, IMPORTABLE_RESULTS, KINDS, MEASURED_KINDS, POINT_KINDS, REPORTED_KINDS,
                                   RESULT_SCHEMAS, STAGE_KINDS, result_kind, stage_kind)
+
+BASELINE = Lane("baseline", None)  # a checkpoint's measurement keys are the same whichever lane measures it
 
 
 def test_every_named_subset_is_a_stage_kind():
@@ -57,13 +60,38 @@ def test_every_kind_s_result_model_resolves_and_carries_its_kind():
             assert model.model_fields["kind"].default == entry.result_kind, entry.name
 
 
-def test_every_measurement_on_a_lane_s_server_has_a_runner_of_its_kind():
-    assert set(measures.ORDER) <= set(KINDS) and len(set(measures.ORDER)) == len(measures.ORDER)
-    for name in measures.ORDER:
+def test_the_lane_s_stage_table_lists_every_stage_in_run_order_and_each_measurement_has_its_runner():
+    from quantkit.pipeline.stages import STAGES
+
+    # the run order, which the run's summary keeps
+    assert [(s.kind, s.place) for s in STAGES] == [("checkpoint", "before"), ("convert", "before"), ("capacity", "server"),
+                                                   ("bench", "server"), ("eval", "server"), ("tune", "own")]
+    assert {s.kind for s in STAGES} - {"checkpoint"} <= set(KINDS)  # an existing checkpoint is never stored
+    on_server = [s.kind for s in STAGES if s.place == "server"]
+    assert all(s.run is None for s in STAGES if s.place == "server") and all(
+        s.run is not None for s in STAGES if s.place != "server")
+    for name in on_server:
         assert measures.runner(name).kind == name
-    for name in set(KINDS) - set(measures.ORDER):
+    for name in set(KINDS) - set(on_server):
         with pytest.raises(ValueError, match="not measured"):
             measures.runner(name)
+
+
+def test_the_stage_table_picks_each_lane_s_stages(tmp_path):
+    from quantkit.pipeline.recipe import MethodEntry, RunRecipe
+    from quantkit.pipeline.stages import Lane, lane_stages
+
+    plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", tune={"budget": 3})
+    lanes = {"baseline": Lane("baseline", None), "awq": Lane("awq", MethodEntry(method="awq")),
+             "kept": Lane("kept", MethodEntry(method="awq", checkpoint=str(tmp_path)))}
+    picked = {name: [s.kind for place in ("before", "server", "own") for s in lane_stages(plan, lane, place)]
+              for name, lane in lanes.items()}
+    assert picked == {"baseline": ["capacity", "bench", "eval", "tune"],
+                      "awq": ["convert", "capacity", "bench", "eval", "tune"],
+                      "kept": ["checkpoint", "capacity", "bench", "eval", "tune"]}
+    plan = RunRecipe(name="t", model="m", bench=None)
+    assert [s.kind for s in lane_stages(plan, lanes["awq"], "server")] == ["eval"]
+    assert lane_stages(plan, lanes["awq"], "own") == []
 
 
 def test_measurement_keys_and_params_are_what_they_were(tmp_path):
@@ -81,7 +109,7 @@ def test_measurement_keys_and_params_are_what_they_were(tmp_path):
         serve = {k: v for k, v in plan.serve.model_dump().items() if k in type(plan.serve).KEY_FIELDS}
         cap = {k: v for k, v in plan.capacity.model_dump().items()
                if k in type(plan.capacity).KEY_FIELDS or (k == "span" and span)}
-        assert measure_keys(ctx, "fp") == [
+        assert measure_keys(ctx, BASELINE, "fp") == [
             ("capacity", run_key("capacity", checkpoint="fp", slo=plan.slo, capacity=cap, serve=serve, vllm="0.32.0",
                                  **common)),
             ("bench", run_key("bench", checkpoint="fp", bench=plan.bench.model_dump(), serve=serve, vllm="0.32.0",
@@ -91,7 +119,7 @@ def test_measurement_keys_and_params_are_what_they_were(tmp_path):
         ]
     plan = RunRecipe(name="t", model="m", bench=None)
     ctx = RunContext(plan=plan, model=None, force=False, vllm="v")
-    assert [kind for kind, _ in measure_keys(ctx, "fp")] == ["eval"]  # no slo: no capacity; no bench
+    assert [kind for kind, _ in measure_keys(ctx, BASELINE, "fp")] == ["eval"]  # no slo: no capacity; no bench
     base = {"checkpoint": str(tmp_path), "fingerprint": "fp", "serve": plan.serve.model_dump()}
     runner = measures.runner("eval")
     assert runner.params(plan, tmp_path, "fp") == {**base, "eval": plan.eval.model_dump(),
@@ -156,7 +184,7 @@ def test_a_lane_s_measurements_run_through_their_runners_and_record_what_they_di
     ctx = RunContext(plan=plan, model=model, force=False, vllm="v")
     summary = RunSummary(recipe="t", model="m")
     with Store(tmp_path / "results.db") as store:
-        measure_stages(ctx, "baseline", tmp_path, store, summary)
+        measure_stages(ctx, Lane("baseline", None), tmp_path, store, summary)
         records = {r.kind: r for r in store.records()}
         points = {kind: len(store.points(r.id)) for kind, r in records.items()}
     assert [c[0] for c in calls] == ["capacity", "bench", "eval"] and all(c[1] == "server" for c in calls)
@@ -184,7 +212,7 @@ def test_stored_run_keys_stay_what_they_are(monkeypatch):
     plan = RunRecipe(name="t", model="m", slo="ttft_p95=1", tune={"budget": 3})
     common = {"hardware": "h", "quantkit": "0"}
     ctx = RunContext(plan=plan, model=None, force=False, vllm="0.32.0", common=common)
-    assert measure_keys(ctx, "sha256:fp") == [("capacity", "428f7cf23eb1743958c1"), ("bench", "3f3f8cbccd78b5f8ab97"),
+    assert measure_keys(ctx, BASELINE, "sha256:fp") == [("capacity", "428f7cf23eb1743958c1"), ("bench", "3f3f8cbccd78b5f8ab97"),
                                               ("eval", "339fa5d102801b87497e")]
     monkeypatch.setattr("quantkit.checkpoint.fingerprint", lambda folder: "sha256:fp")
     study = tune.study_key(Path("/m"), plan.slo, plan.capacity, plan.tune, {"max_num_seqs": [64, 128]},
