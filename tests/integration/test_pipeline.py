@@ -193,8 +193,10 @@ def assert_recommendation(data: dict) -> None:
     assert rows[SERVED]["method"] == SERVED and not rows[SERVED]["baseline"]
     variant = rows[SERVED]
     if variant["capacity"]["reason"] == "untrusted" and variant["capacity"]["load"] is None:
-        # 2 cores: the client starved at the variant's first point; its tuned cell then has no figure
-        assert variant["capacity"]["bound"] == "client" and variant["capacity_tuned"] is None
+        # 2 cores: the client starved at the variant's first point; the tuner's trial on a server of
+        # its own may still measure one (seen 12-05: load 4.0), and then its cell has that figure
+        assert variant["capacity"]["bound"] == "client"
+        assert variant["capacity_tuned"] is None or variant["capacity_tuned"]["load"] is not None
     else:
         assert variant["capacity_tuned"] is not None
     assert any(p["name"] == "recovery_vs_capacity" and p["drawn"] for p in data["plots"])
