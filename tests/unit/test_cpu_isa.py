@@ -13,6 +13,7 @@ import pytest
 from quantkit import demo, machine
 from quantkit.errors import UsageError
 from quantkit.machine import CpuIsa, cpu_isa, imitation_env, isa_of
+from quantkit.methods import METHODS
 from quantkit.pipeline.recipe import load_run
 from quantkit.quantize.recipe import for_method
 from quantkit.serve.config import ServeConfig
@@ -218,7 +219,7 @@ def test_is_4bit_weights_reads_every_writer():
     assert not any(is_4bit_weights(qc) for qc in (None, INT8, FP8, W8A16, {"quant_method": "gptq", "bits": 8}))
 
 
-@pytest.mark.parametrize("method", ["awq", "gptq", "int8", "fp8", "w4a16-rtn", "w8a16", "w4a8-fp8", "w4a8-fp8-awq"])
+@pytest.mark.parametrize("method", [m.name for m in METHODS])  # a new method is held to the rule too
 @pytest.mark.parametrize("name", ["avx2", "avx512", "avx512_bf16", "amx"])
 def test_every_methods_recipe_gets_the_checkpoints_verdict(tmp_path, method, name):
     """A recipe is refused before conversion by the same rule its checkpoint is refused by later."""
