@@ -50,6 +50,7 @@ from . import run as _run  # noqa: E402,F401
 from . import runs as _runs  # noqa: E402,F401
 from . import push as _push  # noqa: E402,F401
 from . import admin as _admin  # noqa: E402,F401
+from . import fidelity as _fidelity  # noqa: E402,F401
 
 
 _STACK_STREAM = None

@@ -39,11 +39,12 @@ def test_the_store_records_each_stage_kind_and_refuses_any_other(tmp_path):
 
 
 def test_the_registry_derives_the_named_subsets_as_they_were():
-    assert STAGE_KINDS == tuple(KINDS) and set(STAGE_KINDS) == {"convert", "bench", "eval", "tune", "capacity", "trial"}
+    assert STAGE_KINDS == tuple(KINDS) and set(STAGE_KINDS) == {"convert", "bench", "eval", "tune", "capacity", "trial",
+                                                                     "fidelity"}
     assert REPORTED_KINDS == ("convert", "bench", "eval", "capacity", "tune")  # the report's reading order
     assert MEASURED_KINDS == ("capacity", "tune")
     assert IMPORTABLE_KINDS == ("bench", "eval", "capacity")
-    assert POINT_KINDS == ("bench", "capacity")
+    assert POINT_KINDS == ("bench", "capacity", "fidelity")  # a fidelity record's points are its windows
     for name, entry in KINDS.items():
         assert entry.name == name and stage_kind(name) is entry and entry.result_kind == result_kind(name)
     with pytest.raises(ValueError, match="unknown record kind 'report'"):
