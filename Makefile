@@ -17,7 +17,7 @@ setup:
 demo: setup
 	.venv/bin/quantkit demo
 
-# `make test`: every capability once against its real component (20-26 min on 2 cores once the
+# `make test`: every capability once against its real component (21-23 min on 2 cores once the
 # environments are built). `make test-slow`: the repeats and wider matrices (marker `slow`).
 # The backend tests need environments of their own (minutes each): `make test-backends` runs them.
 PYTEST_ARGS ?=
