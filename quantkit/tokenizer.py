@@ -14,38 +14,21 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Literal
 
 # transformers' SPECIAL_TOKENS_ATTRIBUTES
 NAMED_SPECIAL = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 EXTRA_SPECIAL = ("additional_special_tokens", "extra_special_tokens")
 
 
-class PromptTokenizer(Protocol):
-    special_ids: frozenset[int]
-    size: int
-
-    def decode(self, ids: list[int]) -> str: ...
-
-
 @dataclass(frozen=True)
-class _Fast:
-    tokenizer: Any  # tokenizers.Tokenizer
+class PromptTokenizer:
+    """What building prompts needs of a tokenizer, whichever library read it (`reader`)."""
+
+    reader: Literal["tokenizers", "transformers"]
     special_ids: frozenset[int]
     size: int
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=False)
-
-
-@dataclass(frozen=True)
-class _Transformers:
-    tokenizer: Any  # a transformers tokenizer
-    special_ids: frozenset[int]
-    size: int
-
-    def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids)
+    decode: Callable[[list[int]], str]
 
 
 def load(folder: Path) -> PromptTokenizer:
@@ -60,10 +43,10 @@ def load(folder: Path) -> PromptTokenizer:
 
     with library_output("transformers: tokenizer"):
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    return _Transformers(tokenizer, frozenset(tokenizer.all_special_ids or []), len(tokenizer))
+    return PromptTokenizer("transformers", frozenset(tokenizer.all_special_ids or []), len(tokenizer), tokenizer.decode)
 
 
-def _load_fast(folder: Path) -> _Fast | None:
+def _load_fast(folder: Path) -> PromptTokenizer | None:
     path, config_path = folder / "tokenizer.json", folder / "tokenizer_config.json"
     if not path.is_file() or not config_path.is_file():
         return None
@@ -83,7 +66,8 @@ def _load_fast(folder: Path) -> _Fast | None:
     ids = [tokenizer.token_to_id(name) for name in names]
     if any(i is None for i in ids):  # a special token outside the vocabulary: transformers adds it
         return None
-    return _Fast(tokenizer, frozenset(ids), tokenizer.get_vocab_size(with_added_tokens=True))
+    return PromptTokenizer("tokenizers", frozenset(ids), tokenizer.get_vocab_size(with_added_tokens=True),
+                           lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
 
 
 def _special_names(config: dict[str, Any]) -> list[str] | None:
