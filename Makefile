@@ -21,7 +21,7 @@ demo: setup
 # environments are built). `make test-slow`: the repeats and wider matrices (marker `slow`).
 # The backend tests need environments of their own (minutes each): `make test-backends` runs them.
 PYTEST_ARGS ?=
-test: setup
+test: check-docs
 	.venv/bin/python -m pytest -ra --durations=30 -m "not slow" tests --ignore=tests/integration/test_backends.py $(PYTEST_ARGS)
 
 test-slow: setup
@@ -33,6 +33,6 @@ test-unit: setup
 test-backends: setup
 	QUANTKIT_TEST_BACKENDS=$(TEST_BACKENDS) .venv/bin/python -m pytest -ra tests/unit/test_backends_logic.py tests/integration/test_backends.py
 
-# The guide's statements that name what the code holds (no test reads docs/); .ci/run runs it first.
+# The guide's statements that name what the code holds (no test reads docs/); `make test` runs it first.
 check-docs: setup
 	.venv/bin/python scripts/check_docs.py
