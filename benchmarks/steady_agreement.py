@@ -55,7 +55,7 @@ from quantkit.measure.stats.confidence import requests_needed
 from quantkit.measure.observe.metrics import parse as parse_metrics
 from quantkit.measure.stats.point import RequestResult, WindowSettings, percentile
 from quantkit.measure.stats.slo import Slo, parse_slo
-from quantkit.measure.stats.window import figures
+from quantkit.measure.stats.window import figures, in_flight_series, saturation
 from quantkit.serve.config import ServeConfig
 from quantkit.serve.env import serve_env, vllm_command
 from quantkit.serve.server import RemoteServer, VLLMServer
@@ -196,6 +196,14 @@ def vllm_point(server, model_dir: Path, slo: Slo, rate: float, span_s: float, ar
     tpot_v = [r.tpot for r in good if r.tpot is not None]
     tpot = {"p50": stat(tpot_v, 50), "p95": stat(tpot_v, 95)}
     fig = figures(results, measured) if have_times else {}
+    # sustained or not by quantkit's own rule (requests in flight growing between the window's
+    # halves), applied to vLLM's client's send and end times: the check does not rest on quantkit's timing
+    saturated = None
+    if have_times and measured:
+        t0, t1 = measured[0].start_s, measured[-1].start_s
+        ends = [r.start_s + r.e2e if r.ok and r.e2e is not None else math.inf for r in measured]
+        saturated, _ = saturation(in_flight_series([r.start_s for r in measured], ends, t0, t1),
+                                  len(measured), t1 - t0)
     keep[f"vllm-{rate:g}"] = samples.encode(results, {r.index for r in measured}, args.warmup)
     own = {k: data.get(k) for k in ("duration", "completed", "failed", "request_throughput", "output_throughput",
                                     "p50_ttft_ms", "p95_ttft_ms", "p50_tpot_ms", "p95_tpot_ms", "p95_itl_ms",
@@ -211,7 +219,9 @@ def vllm_point(server, model_dir: Path, slo: Slo, rate: float, span_s: float, ar
         "n": len(good), "failures": sum(1 for r in results if not r.ok), "dropped_warmup": len(results) - len(measured),
         "send_times": have_times, "span_s": (results[-1].start_s if have_times else None),
         "mean_prompt_tokens": (sum(ins) / len(ins)) if ins else None,
-        "margins": margins(slo, ttft, tpot), "vllm_own": own,
+        "margins": margins(slo, ttft, tpot), "vllm_own": own, "saturated": saturated,
+        "verdict": ("saturated" if saturated else "pass" if (margins(slo, ttft, tpot).get("binding") or 9) <= 1
+                    else "fail"),
         "_results": results,  # for the same-span figures below; not written
     }
 
@@ -300,6 +310,8 @@ def table(run: dict) -> str:
             flags = ""
             if c == "quantkit":
                 flags = f"{x['verdict']}" + (" CLIENT-LIMITED" if x["client_limited"] else "")
+            elif x.get("verdict"):
+                flags = x["verdict"]
             lines.append(f"{p['rate']:>6g} {c:<8} {'yes' if p['order'][0] == c else '':<5} "
                          f"{(x['offered_req_s'] or 0):>7.2f} {(x['achieved_req_s'] or 0):>8.2f} {x['n']:>5} {ms(x['ttft_p50']):>8} {ms(x['ttft_p95']):>7} "
                          f"{ms(x['tpot_p50']):>8} {ms(x['tpot_p95']):>6} {m if m is None else round(m, 3)!s:>6}  "
@@ -345,6 +357,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of arrivals per point (warm-up included)")
     ap.add_argument("--warmup", type=float, default=5.0, help="first seconds of arrivals left out (both clients)")
     ap.add_argument("--first", choices=("quantkit", "vllm"), default="quantkit", help="who goes first at rate 1")
+    ap.add_argument("--clients", default="quantkit,vllm",
+                    help="which clients measure each rate: 'vllm' alone checks a bracket quantkit already measured")
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--max-model-len", default="2048", help="N, or 'default' for vLLM's own")
     ap.add_argument("--serve-arg", action="append", default=[])
@@ -395,10 +409,14 @@ def main() -> None:
         log(f"{args.label}: server ready ({info.get('startup_s')} s); KV cache {info.get('kv_cache_tokens')} tokens")
         write(run, args.json, keep, args.samples)
         order = ["quantkit", "vllm"] if args.first == "quantkit" else ["vllm", "quantkit"]
+        clients = {c.strip() for c in args.clients.split(",") if c.strip()}
+        if not clients or clients - {"quantkit", "vllm"}:
+            sys.exit(f"error: --clients {args.clients!r}: name quantkit, vllm or both")
+        order = [c for c in order if c in clients]
         for i, rate in enumerate(rates):
             w = profiles.stretched(window, needed, rate)
             span = w.warmup_s + w.max_s
-            est = 2 * span + 60 + (w.max_s / 3)
+            est = len(order) * span + 60 + (w.max_s / 3)
             if args.deadline and time.time() + est > args.deadline:
                 log(f"{args.label} {rate:g} req/s: skipped ({args.deadline - time.time():.0f} s to the deadline, needs ~{est:.0f})")
                 run.setdefault("skipped", []).append(rate)

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Issue 42 on one H200: the steady-state decision table on REAL random weights. A Llama-3.1-8B-shape
+# model with random bf16 weights is made on the machine (make_random_8b.py, on the GPU), quantkit's
+# own conversions of it run side by side with the smallest calibration that runs (speed needs real
+# values, not good ones), then each variant is served ONCE (`quantkit serve`, vLLM 0.26 defaults,
+# --max-model-len 8192) and, on that one server, its tasks run in order:
+#   L512@S   `quantkit bench --url --capacity --capacity-profile poisson` at 512 in / 256 out from S req/s
+#            (the recipe's SLO, the MLPerf server and interactive tiers spanned on the same ladder)
+#   C512     vLLM's own client, `vllm bench serve --request-rate`, at the two loads that bracket
+#            quantkit's capacity (benchmarks/steady_agreement.py --clients vllm: 60 s of arrivals after
+#            10 s of warm-up; sustained or not by the growth of requests in flight, as quantkit decides)
+#   L4096@S  the same ladder at 4,096 in / 512 out
+# While the conversions run, a 2-layer model of the same shape is served once with a small memory
+# share, so the first real start finds vLLM's JIT caches warm (a fresh machine's first start pays
+# ~100 s of compilation; the warm-up overlaps it with the conversions, which do not need vLLM).
+# Run from the repository root on the GPU machine.
+#
+# Carrying (64 MiB per call; the working tree is ~11 MB): .gpu/bundle/chunk-NN (the offline bundle,
+# common.sh), .gpu/tok (SmolLM2's tokenizer files), .gpu/data (c4 from ../shared/data, calibration).
+# Calls, back to back (the machine goes back 30 s after a call ends):
+#   1, carry .gpu/bundle/chunk-00 .gpu/tok:
+#        bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-00 .gpu/tok && bash benchmarks/gpu/h200_table.sh start SECONDS
+#   2-8, carry .gpu/bundle/chunk-NN:   bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-NN
+#   9, carry .gpu/bundle/chunk-08 .gpu/data:  bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-08 .gpu/data
+#   then:                              bash benchmarks/gpu/h200_table.sh wait SECONDS  (store + results to $OUT)
+# SECONDS (of `start`): how long from now the plan may run; a task that cannot finish by then is
+# skipped, one cut by it is stopped with Ctrl-C (its points so far are stored).
+# Settings (environment of `start`): PLAN (servers in order: label:DIR:serve flags, comma-separated:
+# tasks, +-separated; DIR relative to /tmp/qkmodels, or "bf16" for the random model), CONVERT
+# (methods converted first, side by side), CALIB ("--num-samples N --seq-len L" for the calibrated
+# ones), WINDOW ("MIN,MAX,WARMUP" s of a point), SLO, SPANS512, SPANS4096.
+set -uo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
+export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
+export QUANTKIT_VLLM=${QUANTKIT_VLLM-$VLLM_PY}
+W8=${W8-/tmp/w8b/llama8b-random}
+WARM=/tmp/w8b/warm-2l
+QK_SITE=$Q/site-qk
+QK_ENV=(env PYTHONPATH=$QK_SITE:$MAIN_SITE)
+QK=("${QK_ENV[@]}" ${QK_PY-python3} -P -m quantkit)
+PORT=8200
+URL=http://127.0.0.1:$PORT
+PLAN=${PLAN-"bf16:bf16::L512@36+C512 fp8:fp8::L512@42+C512 int8:int8::L512@40 gptq:gptq::L512@22 fp8-long:fp8::L4096@5 bf16-long:bf16::L4096@4 fp8+kv-fp8-long:fp8:--kv-cache-dtype=fp8:L4096@6"}
+CONVERT=${CONVERT-fp8 int8 gptq}
+CALIB=${CALIB-"--num-samples 16 --seq-len 256"}
+WINDOW=${WINDOW-20,60,8}
+SLO=${SLO-ttft_p95=1,tpot_p95=50ms}
+SPANS512=${SPANS512-mlperf-server interactive}
+SPANS4096=${SPANS4096-mlperf-server}
+MAXLEN=${MAXLEN-8192}
+SHORT=${SHORT-512/256}  # IN/OUT tokens of L512 and C512 (a smoke test on the CPU: smaller)
+LONG=${LONG-4096/512}   # ... of L4096
+EXTRA=${EXTRA-}  # more serve flags for every server (e.g. --enforce-eager on the CPU)
+
+
+healthy() { curl -sf -m 2 "$1/health" > /dev/null 2>&1; }
+
+serve_up() {  # serve_up LOGNAME DIR FLAGS...: `quantkit serve` in the background until /health answers
+  local name=$1 dir=$2; shift 2
+  "${QK[@]}" serve "$dir" --port $PORT --max-model-len $MAXLEN "$@" $EXTRA > $Q/logs/serve-$name.log 2>&1 &
+  SERVE_PID=$!
+  local t0=$(date +%s)
+  until healthy $URL; do
+    sleep 2
+    kill -0 $SERVE_PID 2>/dev/null || { log "$name: server exited: $(tail -n 3 $Q/logs/serve-$name.log | tr '\n' ' ' | cut -c1-300)"; return 1; }
+    [ "$(left)" -gt 30 ] || { serve_down; return 1; }
+  done
+  log "$name: server ready in $(( $(date +%s) - t0 )) s"
+}
+
+serve_down() {  # SIGTERM to `quantkit serve`, which stops vLLM's process group cleanly (a background job of a
+  # script ignores SIGINT); the GPU is free again before the next server, which takes the next port
+  [ -n "${SERVE_PID:-}" ] || return 0
+  kill -TERM $SERVE_PID 2>/dev/null; wait $SERVE_PID 2>/dev/null
+  SERVE_PID=
+  for _ in $(seq 30); do healthy $URL || break; sleep 1; done
+}
+
+ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the running server
+  local label=$1 dir=$2 in=$3 out=$4 start=$5; shift 5
+  local spans=() s long=0; [ "$in" = "${LONG%/*}" ] && long=1
+  for s in $( [ $long = 0 ] && echo $SPANS512 || echo $SPANS4096 ); do spans+=(--span "$s"); done
+  IFS=, read -r wmin wmax wwarm <<< "$WINDOW"
+  [ $long = 0 ] || wwarm=$(( wwarm * 3 ))  # a long request takes longer to reach steady state
+  local name=cap-$label-$( [ $long = 0 ] && echo short || echo long )
+  [ "$(left)" -gt 150 ] || { log "$name: skipped, $(left) s left"; return; }
+  log "$name: start from $start req/s"
+  timeout -s INT -k 60 $(( $(left) - 10 )) "${QK[@]}" bench "$dir" --url $URL --max-model-len $MAXLEN "$@" \
+    --capacity --capacity-profile poisson --slo "$SLO" "${spans[@]}" --input-len $in --output-len $out \
+    --capacity-start "$start" --capacity-max "$(python3 -c "print(round($start * 1.3, 2))")" --tolerance 0.1 \
+    --window-min "$wmin" --window-max "$wmax" --window-warmup "$wwarm" \
+    --results-dir $Q/res/$name --json > $Q/res/$name.json 2> $Q/logs/$name.log
+  log "$name: rc=$? $(grep -E '^(capacity|no capacity|bound)' $Q/logs/$name.log | tr '\n' ' ' | cut -c1-300)"
+}
+
+bracket() {  # bracket FILE: "PASS,FAIL", the loads around the recipe SLO's capacity in a ladder's JSON
+  python3 - "$1" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d = d.get("result", d) if isinstance(d, dict) else d
+pts = [(p["rate"], bool(p.get("slo_met"))) for p in d.get("points", []) if p.get("rate")]
+ok = [r for r, m in pts if m]
+bad = [r for r, m in pts if not m and (not ok or r > max(ok))]
+if ok and bad:
+    print(f"{max(ok):g},{min(bad):g}")
+EOF
+}
+
+check() {  # check LABEL DIR: vLLM's client at the two loads that bracket quantkit's capacity
+  local label=$1 dir=$2 rates
+  rates=$(bracket $Q/res/cap-$label-short.json 2>/dev/null)
+  [ -n "$rates" ] || { log "check-$label: no bracket in cap-$label-short.json"; return; }
+  [ "$(left)" -gt 200 ] || { log "check-$label: skipped, $(left) s left"; return; }
+  log "check-$label: vllm bench serve at $rates req/s"
+  timeout -s INT -k 30 $(( $(left) - 10 )) "${QK_ENV[@]}" python3 -P $QK_SITE/steady_agreement.py "$dir" --url $URL \
+    --clients vllm --rates "$rates" --slo "$SLO" --input-len ${SHORT%/*} --output-len ${SHORT#*/} --duration ${CHECK_S-70} --warmup 10 \
+    --label $label --deadline $(( $(cat $Q/deadline) - 10 )) --json $Q/res/check-$label.json \
+    --samples $Q/res/check-$label-samples.json --results-dir $Q/res/check-$label > $Q/logs/check-$label.log 2>&1
+  log "check-$label: rc=$? $(grep -E 'vllm: achieved' $Q/logs/check-$label.log | tr '\n' ' ' | cut -c1-300)"
+}
+
+warm_up() {  # the 2-layer model served once: compilation caches for the first real start
+  [ -f $WARM/config.json ] || { log "warm-up: no model"; return; }
+  "${QK[@]}" serve $WARM --port 8100 --max-model-len $MAXLEN --gpu-memory-utilization 0.12 > $Q/logs/warm-up.log 2>&1 &
+  local pid=$! t0=$(date +%s)
+  until healthy http://127.0.0.1:8100 || ! kill -0 $pid 2>/dev/null || [ $(( $(date +%s) - t0 )) -gt 400 ]; do sleep 2; done
+  curl -s -m 60 http://127.0.0.1:8100/v1/completions -H 'content-type: application/json' \
+    -d "{\"model\": \"$WARM\", \"prompt\": \"hello\", \"max_tokens\": 8}" > /dev/null 2>&1
+  log "warm-up: $( healthy http://127.0.0.1:8100 && echo served || echo 'did not come up') after $(( $(date +%s) - t0 )) s"
+  kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+}
+
+cmd=${1:-}; shift || true
+case $cmd in
+stash)
+  for d in "$@"; do
+    case $d in
+      .gpu/bundle/*) bash "$d/install.sh" ;;  # one chunk of the offline bundle; the last installs
+      .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
+      .gpu/data) rm -rf $Q/data.tmp && cp -r .gpu/data $Q/data.tmp && mv $Q/data.tmp $Q/data && echo "data ready" ;;
+    esac
+  done
+  ;;
+start)
+  # quantkit and the scripts copied out of the checkout: a later call's transfer replaces the checkout
+  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ \
+    && cp benchmarks/steady_agreement.py $QK_SITE/ && cp benchmarks/gpu/h200_table.sh benchmarks/gpu/common.sh \
+       benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
+  echo $(( $(date +%s) + $1 )) > $Q/deadline
+  setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
+    SPANS4096="$SPANS4096" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="${CHECK_S-70}" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
+    > $Q/logs/orchestrate.log 2>&1 < /dev/null &
+  echo "started; $(left) s to the deadline"
+  ;;
+orchestrate)
+  nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > $Q/res/gpu.txt 2>/dev/null
+  dev=cuda; nvidia-smi -L > /dev/null 2>&1 || dev=cpu
+  if [ ! -f $W8/config.json ]; then  # the image's torch and safetensors suffice: no need to wait for the bundle
+    python3 $Q/make_random_8b.py $Q/tok $W8 --device $dev > $Q/logs/random.log 2>&1
+    python3 $Q/make_random_8b.py $Q/tok $WARM --layers 2 --device $dev --seed 1 >> $Q/logs/random.log 2>&1
+  fi
+  log "random model: $(grep -h parameters $Q/logs/random.log | tr '\n' ' ')"
+  until bundle_ready && [ -d $Q/data ]; do sleep 2; [ "$(left)" -gt 0 ] || { log "bundle never arrived"; touch $Q/all.done; exit 1; }; done
+  log "bundle and data ready ($(left) s left)"
+  pids=()
+  for m in $CONVERT; do
+    calib=(); case $m in int8|gptq|awq|w4a8-fp8*) calib=($CALIB) ;; esac
+    "${QK[@]}" convert $W8 --method $m -o /tmp/qkmodels/llama8b-random-$m "${calib[@]}" --json > $Q/res/convert-$m.json 2> $Q/logs/convert-$m.log &
+    pids+=($!)
+  done
+  warm_up
+  for p in "${pids[@]}"; do wait $p; done
+  log "conversions done: $(grep -h -E 'wrote ' $Q/logs/convert-*.log | sed 's/.*wrote //' | tr '\n' ' ' | cut -c1-400)"
+  for spec in $PLAN; do
+    IFS=: read -r label dir flags tasks <<< "$spec"
+    [ "$(left)" -gt 240 ] || { log "$label: skipped, $(left) s left"; continue; }
+    [ "$dir" = bf16 ] && dir=$W8 || dir=/tmp/qkmodels/llama8b-random-$dir
+    [ -f $dir/config.json ] || { log "$label: no checkpoint at $dir"; continue; }
+    serve=(); for f in ${flags//,/ }; do serve+=("$f"); done
+    PORT=$(( PORT + 1 )); URL=http://127.0.0.1:$PORT
+    serve_up $label $dir "${serve[@]}" || continue
+    for t in ${tasks//+/ }; do
+      case $t in
+        L512@*) ladder $label $dir ${SHORT%/*} ${SHORT#*/} ${t#*@} "${serve[@]}" ;;
+        L4096@*) ladder $label $dir ${LONG%/*} ${LONG#*/} ${t#*@} "${serve[@]}" ;;
+        C512) check $label $dir ;;
+      esac
+    done
+    serve_down
+  done
+  log "all done"
+  touch $Q/all.done
+  ;;
+wait)
+  wait_done "${1:-60}"
+  [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 14 $Q/logs/orchestrate.log; }
+  for f in $Q/logs/cap-*.log; do
+    [ -f "$f" ] && { echo "[$(basename $f)]"; grep -E 'offered:|^capacity|^no capacity|error' "$f" | tail -n 6 | cut -c1-250; }
+  done
+  store_out
+  pack_out 3 tmp/qk/res tmp/qk/logs tmp/qkhome/logs
+  ;;
+*) echo "usage: h200_table.sh stash DIR... | start SECONDS | wait SECONDS" >&2; exit 2 ;;
+esac
