@@ -54,11 +54,12 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
         first = next(iter(measured.values()))
         name, source = (("asked", "the SLO `compare --slo` asked for, judged from the stored ladders") if asked
                         else ("measured", "the SLO the ladders were searched under"))
-        result = TierResult(name=name, slo=first.slo, source=source,
-                            cells=measured, coverage={n: "above" if c.reason == "max_reached" else "bracketed"
-                                                      for n, c in measured.items()},
-                            undecided={v.name: text for v in variants if v.name in measured and v.capacity is not None
-                                       and (text := v.capacity.open_text()) is not None})
+        undecided = {v.name: text for v in variants if v.name in measured and v.capacity is not None
+                     and (text := v.capacity.open_text()) is not None}
+        result = TierResult(name=name, slo=first.slo, source=source, cells=measured, undecided=undecided,
+                            coverage={n: "above" if c.reason == "max_reached" else
+                                      "undecided" if c.load is None and n in undecided else "bracketed"
+                                      for n, c in measured.items()})
         result.decision = decide([r.model_copy(update={"capacity": measured.get(r.name), "capacity_tuned": None})
                                   for r in rows])
         result.ratio_bracket = _ratio_bracket(result.decision)
