@@ -132,6 +132,7 @@ def compare(
     With --slo S, every capacity is re-derived under S from the points already stored."""
     from ..measure.stats.tiers import resolve
     from ..report.gather import compare as do_compare, parse_workload
+    from ..report.tiers import tier_lines
     from ..store import Store
     from .eval import parse_gates
 
@@ -150,7 +151,8 @@ def compare(
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
                 "gates_passed": result["gates_passed"], "gate_verdict": result["gate_verdict"],
                 "gate_counts": result["gate_counts"], "verdicts": result["verdicts"], "variants": result["variants"],
-                "decision": decision.model_dump(mode="json") if decision is not None else None}
+                "decision": decision.model_dump(mode="json") if decision is not None else None,
+                "tiers": tier_lines(result["report"].tiers)}
 
     def human(r):
         for v in r["variants"]:
@@ -161,6 +163,8 @@ def compare(
             stdout.print(f"gates: {c['pass']} pass, {c['fail']} fail, {c['inconclusive']} inconclusive")
         if r["decision"]:
             stdout.print(("recommended: " if r["decision"]["status"] == "recommended" else "") + r["decision"]["summary"])
+        for line in r["tiers"]:  # met, broken, or undecided with the requests it needs, per SLO tier
+            stdout.print(line)
         stdout.print(f"report: {r['paths'].get('md')}  {r['paths'].get('html')}")
 
     run_command(body, mode(json, quiet), human)

@@ -52,7 +52,7 @@ def capacity_lines(store: Store, ev: Any, measured: CapacityCell | None) -> list
                          f"each load a steady-state window judged at "
                          f"{int(round((result.window.confidence if result.window else 0.95) * 100))}% confidence, on "
                          f"{device}{dtype}, server flags ") + md_code(" ".join(measured.serve_args) or "defaults") + ".")
-    rows = [_row(f"{measured.slo} (measured)", measured, profile)]
+    rows = [_row(f"{measured.slo} (measured)", measured, profile, left_open=result.open_text())]
     points = store.points(ev.stages["capacity"].id)
     for tier in TIERS.values():  # each tier's cell as the report's tier table has it (report/tiers.py)
         try:
@@ -61,18 +61,24 @@ def capacity_lines(store: Store, ev: Any, measured: CapacityCell | None) -> list
             break
         if tier.slo == result.slo:
             continue
-        rows.append(_row(f"{tier.name}: {derived.slo}", capacity_cell(derived.result), profile, derived.coverage))
+        rows.append(_row(f"{tier.name}: {derived.slo}", capacity_cell(derived.result), profile, derived.coverage,
+                         derived.result.open_text()))
     out += ["", *markdown_table(["SLO", "capacity", "goodput (req/s)", "output tok/s", "in flight"], rows), ""]
     return out + ["capacity: the highest offered load whose window met the SLO; `+`: the ladder's top still met it; "
-                  "a range: bracketed only that far; tiers are judged from the same measured windows (sources: "
+                  "a range: bracketed only that far; `undecided at X (needs N more requests)`: a load whose window was "
+                  "too short to tell (MLPerf LoadGen's early-stopping rule), counted neither as met nor as broken; "
+                  "tiers are judged from the same measured windows (sources: "
                   + "; ".join(f"{t.name}: {t.source}" for t in TIERS.values()) + ").", ""]
 
 
-def _row(label: str, cell: CapacityCell, profile: profiles.Profile, coverage: str = "bracketed") -> list[str]:
+def _row(label: str, cell: CapacityCell, profile: profiles.Profile, coverage: str = "bracketed",
+         left_open: str | None = None) -> list[str]:
+    """`left_open`: the load the ladder leaves undecided, with the requests it needs (CapacityResult.open_text)."""
     if cell.load is None:
         why = {"undecided": "undecided: too few requests in the windows", "below": "not met at the lowest load measured"}
-        return [label, why.get(coverage, "not met"), MISSING, MISSING, MISSING]
+        return [label, left_open or why.get(coverage, "not met"), MISSING, MISSING, MISSING]
     load = f"{cell.load:g}" + (f"-{cell.ceiling:g}" if coverage == "coarse" and cell.ceiling else "")
-    text = profile.unit.format(load=load) + ("+" if cell.reason == "max_reached" else "")
+    text = (profile.unit.format(load=load) + ("+" if cell.reason == "max_reached" else "")
+            + (f"; {left_open}" if left_open else ""))
     return [label, text, fmt(cell.goodput_req_s if cell.goodput_req_s is not None else cell.req_s),
             fmt(cell.output_tok_s), fmt(cell.in_flight)]

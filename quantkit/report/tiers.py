@@ -4,7 +4,11 @@ Beside the SLO the ladders were measured under, each tier of measure/stats/tiers
 a capacity per variant (re-derived by measure/capacity/ladder.py: nothing is measured), its ratio to bf16 on
 vLLM's defaults as a bracket (the lowest and highest ratio the two capacity brackets allow), and its
 own decision (report/decision.py, so ties and gates are judged as in the main recommendation). A
-tier a ladder does not cover says so in its cell, and the notes say what to run.
+tier a ladder does not cover says so in its cell, and the notes say what to run. A load whose
+window cannot decide a tier (a p99 needs hundreds of requests: MLPerf LoadGen's rule,
+measure/stats/tail_bound.py) bounds the capacity from neither side; its cell names it with the
+requests it needs ("30-38.5 req/s offered; undecided at 33.99 req/s offered (needs 1093 more
+requests)"), never as a pass.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ class TierResult(BaseModel):
     source: str
     cells: dict[str, CapacityCell | None] = Field(default_factory=dict)  # variant -> capacity on vLLM defaults
     coverage: dict[str, str] = Field(default_factory=dict)  # variant -> bracketed | coarse | above | below | ...
+    # variant -> the load its ladder leaves undecided, with the requests it needs (ladder.Rederived.open_text)
+    undecided: dict[str, str] = Field(default_factory=dict)
     notes: list[str] = Field(default_factory=list)
     decision: Decision | None = None
     ratio_bracket: tuple[float | None, float | None] | None = None  # the winner's / bf16's, lowest and highest
@@ -48,9 +54,12 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
         first = next(iter(measured.values()))
         name, source = (("asked", "the SLO `compare --slo` asked for, judged from the stored ladders") if asked
                         else ("measured", "the SLO the ladders were searched under"))
-        result = TierResult(name=name, slo=first.slo, source=source,
-                            cells=measured, coverage={n: "above" if c.reason == "max_reached" else "bracketed"
-                                                      for n, c in measured.items()})
+        undecided = {v.name: text for v in variants if v.name in measured and v.capacity is not None
+                     and (text := v.capacity.open_text()) is not None}
+        result = TierResult(name=name, slo=first.slo, source=source, cells=measured, undecided=undecided,
+                            coverage={n: "above" if c.reason == "max_reached" else
+                                      "undecided" if c.load is None and n in undecided else "bracketed"
+                                      for n, c in measured.items()})
         result.decision = decide([r.model_copy(update={"capacity": measured.get(r.name), "capacity_tuned": None})
                                   for r in rows])
         result.ratio_bracket = _ratio_bracket(result.decision)
@@ -71,6 +80,8 @@ def tier_results(store: Store, by_variant: dict[str, dict[str, Record]], variant
                 continue  # a burst ladder: the main table labels it; a tier cannot be judged on it
             result.cells[v.name] = capacity_cell(derived.result)
             result.coverage[v.name] = derived.coverage
+            if (left_open := derived.result.open_text()) is not None:
+                result.undecided[v.name] = left_open
             if derived.coverage in ("below", "undecided"):
                 lowest[v.name] = derived.steps[0].load
             if derived.note:
@@ -126,14 +137,16 @@ def cost_per_million(cell: CapacityCell | None, price_per_hour: float | None) ->
     return price_per_hour / (cell.output_tok_s * 3600.0) * 1e6
 
 
-def _cell_text(cell: CapacityCell | None, coverage: str | None, price: float | None) -> str:
+def _cell_text(cell: CapacityCell | None, coverage: str | None, price: float | None, left_open: str | None = None) -> str:
+    """A variant's capacity under a tier; `left_open`: the load its ladder leaves undecided there."""
     if cell is None:
         return DASH
     if cell.load is None:
-        return {"below": "below the ladder", "undecided": "undecided (too few requests)"}.get(coverage or "", "not met")
+        return left_open or {"below": "below the ladder", "undecided": "undecided (too few requests)"}.get(coverage or "", "not met")
     cost = cost_per_million(cell, price)
     return (cell.load_text() + (" (not covered above)" if coverage == "above" else "")
-            + (f", {cost:.3g} per M output tokens" if cost is not None else ""))
+            + (f", {cost:.3g} per M output tokens" if cost is not None else "")
+            + (f"; {left_open}" if left_open else ""))
 
 
 def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
@@ -150,8 +163,8 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
                   if d is not None and d.recommended is not None else "none")
         if t.open:
             winner = "inconclusive: " + ", ".join(t.open) + " not covered"
-        rows.append([f"{t.name}: {t.slo}", *(_cell_text(t.cells.get(n), t.coverage.get(n), price_per_hour)
-                                             for n in names),
+        rows.append([f"{t.name}: {t.slo}", *(_cell_text(t.cells.get(n), t.coverage.get(n), price_per_hour,
+                                                        t.undecided.get(n)) for n in names),
                      winner, DASH if t.open else ratio_text(t.ratio_bracket)])
     sources = "; ".join(f"{t.name}: {t.source}" for t in tiers)
     # what each ladder cannot tell under a tier, and the command that would cover it
@@ -159,7 +172,9 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
     to_cover = "; ".join(f"{t.name}, {n.rstrip('. ')}" for t in tiers for n in t.notes)
     return ("Capacity per SLO tier", ["tier", *names, "winner", "x baseline (bracket)"], rows,
             f"Each variant's ladder on vLLM defaults judged again under each tier (nothing measured anew); a range "
-            f"is a bracket wider than the search tolerance, 'not covered above' a tier the ladder's top still meets. "
+            f"is a bracket wider than the search tolerance, 'not covered above' a tier the ladder's top still meets, "
+            f"'undecided at X (needs N more requests)' a load whose window was too short to tell (MLPerf LoadGen's "
+            f"early-stopping rule at the window's confidence): it is counted neither as a pass nor as a failure. "
             f"x baseline: the winner's capacity over the baseline's (served in the dtype of the environment table), "
             f"lowest to highest as their brackets allow. To cover a tier: "
             f"`quantkit bench DIR --capacity --slo TIER` (its windows stretch to the requests a p99 needs), or the run "
@@ -172,7 +187,13 @@ def tier_table(tiers: list[TierResult], price_per_hour: float | None = None
 
 
 def tier_lines(tiers: list[TierResult]) -> list[str]:
-    """One sentence per tier for the report's opening section."""
+    """One sentence per tier for the report's opening section and `compare`'s output, each ending
+    with the loads its ladders leave undecided and the requests they need."""
+    return [line + "".join(f"; {name}: {text}" for name, text in t.undecided.items())
+            for t, line in zip(tiers, _verdict_lines(tiers))]
+
+
+def _verdict_lines(tiers: list[TierResult]) -> list[str]:
     out = []
     for t in tiers:
         d = t.decision

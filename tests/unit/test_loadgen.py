@@ -57,11 +57,34 @@ def test_parse_slo_terms_and_units():
     ("ttft_p95=0", "must be positive"),
     ("ttft_p95=1,ttft_p95=2", "given twice"),
     (",", "empty --slo"),
+    ("ttft_p95=1,attainment=1", "attainment=0.99"),  # every request: no window could show it
+    ("ttft_p95=1,attainment=100%", "attainment=0.99"),
+    ("ttft_p95=1,attainment=1.5", r"in \(0, 1\)"),
 ])
 def test_parse_slo_errors_are_one_line(text, message):
     with pytest.raises(UsageError, match=message) as info:
         parse_slo(text)
     assert "\n" not in info.value.one_line()
+
+
+def test_an_attainment_of_every_request_is_refused_before_anything_counts_requests_for_it():
+    # confidence.requests_needed counted requests forever for it: no finite window bounds a share at 1
+    with pytest.raises(ValueError):
+        Slo(terms=parse_slo("ttft_p95=1").terms, attainment=1.0)
+    from quantkit.measure.stats.confidence import requests_needed
+
+    assert requests_needed(parse_slo("ttft_p95=1,attainment=0.99")) == 299  # the largest share still allowed ends
+
+
+def test_the_cli_refuses_an_attainment_of_1_in_one_line_with_exit_2():
+    from typer.testing import CliRunner
+
+    from quantkit.cli import app
+
+    result = CliRunner().invoke(app, ["compare", "--slo", "ttft_p95=1,attainment=1"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "attainment=0.99" in lines[0] and lines[0].startswith("error: "), result.stderr
 
 
 def req(ttft, itl, tokens=None, ok=True, error=None):

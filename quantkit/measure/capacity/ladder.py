@@ -72,7 +72,8 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
         reason={"bracketed": "bracketed", "coarse": "bracketed", "above": "max_reached"}.get(
             coverage, "untrusted" if any(s.state == "untrusted" for s in steps) else "below_min"),
         steps=[CapacityStep(load=s.load, passed=s.state == "pass", margin=s.margin, trusted=s.state != "untrusted",
-                            decided=s.state in ("pass", "fail", *OVERLOADED), state=s.state) for s in steps],
+                            decided=s.state in ("pass", "fail", *OVERLOADED), state=s.state, more=s.more)
+               for s in steps],
         undecided=[s.load for s in steps if s.state == "undecided"])
     by_load = {s.load: s for s in steps}
     judged = []
@@ -85,7 +86,7 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
     out = result.model_copy(update={"slo": slo, "points": judged, "capacity": None, "bound": None, "path": None})
     finish(out, search)
     note = _note(coverage, steps, capacity, ceiling, slo, profile, settings.tolerance,
-                 model_dir or result.model_dir)
+                 model_dir or result.model_dir, out.open_text())
     if any(t.metric == "itl" for t in slo.terms):
         note = ((note + " ") if note else "") + ("ITL is judged on each request's stored ITL p50/p95/max, not its "
                                                  "every gap: an approximation.")
@@ -94,9 +95,11 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
 
 
 def _note(coverage: Coverage, steps: list[LadderStep], capacity: float | None, ceiling: float | None, slo: Slo,
-          profile: profiles.Profile, tolerance: float, model_dir: str) -> str | None:
+          profile: profiles.Profile, tolerance: float, model_dir: str, left_open: str | None) -> str | None:
     run = f"quantkit bench {shlex.quote(model_dir)} --capacity --slo {shlex.quote(str(slo))}"
     label = profile.label
+    # the undecided load between the pass and the failure: it bounds the capacity from neither side
+    gap = f": {left_open}" if left_open else ""
     if profile.name != "poisson":
         run += f" --capacity-profile {profile.name}"
     if coverage == "above":
@@ -111,12 +114,12 @@ def _note(coverage: Coverage, steps: list[LadderStep], capacity: float | None, c
                 f"lies below; to find it: {run} --capacity-start {_lower(low, profile):g} --capacity-max {low:g}")
     if coverage == "coarse":
         return (f"the ladder brackets the capacity under {slo} only to {label(capacity)}..{label(ceiling)}, wider than "
-                f"the {tolerance:.0%} tolerance; to narrow it: {run} --capacity-start {capacity:g} "
+                f"the {tolerance:.0%} tolerance{gap}; to narrow it: {run} --capacity-start {capacity:g} "
                 f"--capacity-max {ceiling:g}")
     if coverage == "undecided":
         below = f" below {label(ceiling)}" if ceiling is not None else ""
-        return (f"no point of the ladder{below} decides {slo} at its confidence (too few requests in its windows "
-                f"for the percentiles it asks); measure it, with windows long enough for them: {run}")
+        return (f"no point of the ladder{below} decides {slo} at its confidence, too few requests in its windows "
+                f"for the percentiles it asks{gap}; measure it, with windows long enough for them: {run}")
     return None
 
 

@@ -42,14 +42,14 @@ from ..observe.gpu import open_gpus
 from ..observe.metrics import PointMonitor, Scrape, slope
 from ..stats import load_kinds
 from ..stats import tiers
-from ..stats.confidence import requests_needed
+from ..stats.confidence import requests_needed, verdict_word
 from ..stats.point import OVERLOADED, BenchPoint, RequestResult, percentile
 from ..stats.slo import Slo
 from ..stats.window import WindowSettings, WindowStop, idle_request_s
 from . import profiles
 from .bench import checkpoint_info, measure_point, results_dir, stamp
 from .rejudge import judge_step, start_from
-from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, search_capacity
+from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, left_open, search_capacity
 
 # A steady state's latency is flat, then climbs steeply near saturation: a power law through two
 # flat points predicts no crossing at all, so growth is capped harder than a burst's (8x)
@@ -162,6 +162,15 @@ class CapacityResult(BaseModel):
         if self.path:
             atomic_write_json(Path(self.path), mask_secrets(self.model_dump(mode="json", exclude={"path"})))
 
+    def open_text(self) -> str | None:
+        """`undecided at 33.99 req/s offered (needs 1093 more requests)`: the load the search left
+        undecided between its capacity and its ceiling (search.left_open), or None."""
+        step = left_open(self.search)
+        if step is None:
+            return None
+        return f"undecided at {profiles.get(self.settings.profile).label(step.load)}" + (
+            f" (needs {step.more} more requests)" if step.more is not None else "")
+
     def summary(self) -> str:
         profile = profiles.get(self.settings.profile)
         if self.capacity is None:
@@ -185,18 +194,23 @@ class CapacityResult(BaseModel):
             if low is not None and low.window is not None and low.window.verdict == "saturated":  # whatever its p95s read
                 return (f"the SLO {self.slo} is not sustained even at {lowest}{floor}: saturated "
                         "(arrivals outpaced completions: a growing queue); measure lower loads (--capacity-start)")
+            if (left := self.open_text()) is not None:
+                return f"no capacity decided under {self.slo}: {left}"
             return f"the SLO {self.slo} is not met even at {where}" + (f" ({self.bound.kind})" if self.bound else "")
         c = self.capacity
         load = profile.label(c.load)
         more = " or more (the top of the range)" if self.search and self.search.reason == "max_reached" else ""
         ceiling = ""
+        left = self.open_text()
         if self.search and self.search.ceiling and self.search.reason == "bracketed":
             undecided = self.search.ceiling in self.search.undecided
-            ceiling = f", {'undecided' if undecided else 'breaks'} at {profile.label(self.search.ceiling)}"
+            if not (undecided and left):  # an undecided ceiling is said below, with the requests it needs
+                ceiling = f", {'undecided' if undecided else 'breaks'} at {profile.label(self.search.ceiling)}"
         little = (f", {c.concurrency:.0f} in flight" if profile.kind.open_loop and c.concurrency is not None else "")
+        left = f"; {left}" if left is not None else ""
         return (f"capacity {load}{more}{ceiling}: {c.req_s:.2f} req/s{little}, {c.output_tok_s:.0f} output tok/s "
                 f"within {self.slo} ({self.points_spent} points" + (f"; bound: {self.bound.kind}" if self.bound else "")
-                + ")")
+                + f"){left}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -393,7 +407,7 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
         if float(load) not in kept:
             measure_at(load)  # kept, with its requests, by measure_at
         step = judged.get(float(load)) or judge_step(kept[float(load)], slo, window)
-        return Verdict.of_window(step.state, step.margin)
+        return Verdict.of_window(step.state, step.margin, more=step.more)
 
     # a load the server could not keep up with fails every SLO, and so does any load above it: the span
     # searches below the ladder's lowest saturated load (on the H200, starting blind at fp8's pass at
@@ -415,7 +429,7 @@ def describe_point(point: BenchPoint) -> str:
              f"{w.in_flight_mean or 0:.0f} in flight, " if w.offered_req_s is not None else "")
     why = f" ({'; '.join(w.reasons[:2])})" if w.verdict != "pass" and w.reasons else ""
     return (f"{rates}{point.output_tok_s:.1f} out tok/s over {w.measured} requests in "
-            f"{w.end_s - w.start_s:.0f} s: {w.verdict}{why}")
+            f"{w.end_s - w.start_s:.0f} s: {verdict_word(w.verdict, w.more)}{why}")
 
 
 def verdict_of(point: BenchPoint, slo: Slo) -> Verdict:
@@ -428,7 +442,7 @@ def verdict_of(point: BenchPoint, slo: Slo) -> Verdict:
     if w is None:
         return Verdict(passed=bool(point.slo_met), margin=None if point.stopped_early else slo.margin(point),
                        trusted=trusted)
-    return Verdict.of_window(w.verdict, slo.margin(point), trusted)
+    return Verdict.of_window(w.verdict, slo.margin(point), trusted, w.more)
 
 
 def _index_of(points: list[BenchPoint], load: float | None, axis: str) -> int | None:

@@ -1,10 +1,16 @@
 """A stored steady-state point judged under another SLO, and what a set of judged loads brackets.
 
-The judging is the rule a live point uses (confidence.judge at the point's confidence,
-window.still_rising, the window's minimum of requests) applied to the requests the store kept
-(samples.py) and the window they fell in. A saturated point fails any SLO; a client-limited one
-decides nothing. ladder.py turns the bracket into a capacity result; live.py's span search
-steers with `judge_step` and starts at `start_from`.
+The judging is the rule a live point uses (window.settle: confidence.judge at the point's
+confidence, whose percentile bounds are MLPerf LoadGen's early-stopping rule, tail_bound.py; a
+pass still rising or short of the window's minimum of requests is undecided) applied to the
+requests the store kept (samples.py) and the window they fell in. A saturated point fails any SLO;
+a client-limited one decides nothing. An undecided point keeps the requests it still needs
+(`LadderStep.more`).
+
+An undecided point is never counted as a pass, nor as a failure: it bounds the capacity from
+neither side (`cover`; search.left_open names it with the requests it needs). ladder.py turns
+the bracket into a capacity result; live.py's span search steers with `judge_step` and starts
+at `start_from`.
 """
 
 from __future__ import annotations
@@ -13,11 +19,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from ..stats.confidence import judge
 from ..stats.point import OVERLOADED, BenchPoint, WindowSettings
 from ..stats.samples import decode
 from ..stats.slo import Slo
-from ..stats.window import still_rising
+from ..stats.window import settle
 
 Coverage = Literal["bracketed", "coarse", "above", "below", "undecided"]
 
@@ -32,6 +37,7 @@ class LadderStep(BaseModel):
     reasons: list[str] = Field(default_factory=list)
     attainment: float | None = None  # share of the window's requests that met every term on their own
     met: int | None = None  # ... and how many (goodput = met / the point's duration, as slo.Slo.judge)
+    more: int | None = None  # undecided: requests still to run before it could decide (None: not known)
 
 
 def judge_step(point: BenchPoint, slo: Slo, window: WindowSettings) -> LadderStep:
@@ -48,17 +54,11 @@ def judge_step(point: BenchPoint, slo: Slo, window: WindowSettings) -> LadderSte
     measured = [r for r, where in decode(point.samples) if where == "window"]
     if not measured:
         return LadderStep(load=load, state="undecided", reasons=["no request finished inside the window"])
-    verdict = judge(slo, measured, window.confidence)
-    state, reasons = verdict.decision, verdict.reasons()
-    if state == "pass" and (rising := still_rising(slo, measured)):
-        state, reasons = "undecided", [rising]
-    if state == "pass" and len(measured) < window.min_requests:
-        state = "undecided"
-        reasons.append(f"{len(measured)} requests in the window, fewer than the {window.min_requests} asked")
+    state, reasons, more, verdict = settle(slo, measured, window)
     values = [t.value / t.limit for t in verdict.terms if t.value is not None and t.limit]
     met = sum(1 for r in measured if slo.request_ok(r))
     return LadderStep(load=load, state=state, measured=len(measured), margin=max(values, default=None),
-                      reasons=reasons, attainment=met / len(measured), met=met)
+                      reasons=reasons, attainment=met / len(measured), met=met, more=more)
 
 
 def cover(steps: list[LadderStep], tolerance: float, integer: bool) -> tuple[Coverage, float | None, float | None]:

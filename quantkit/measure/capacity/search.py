@@ -131,9 +131,10 @@ class Verdict(BaseModel):
     trusted: bool = True  # False: quantkit's own client limited the point (its latencies are not the server's)
     decided: bool = True  # False: the data could not decide at the confidence asked (steers, never reported)
     state: str | None = None  # the point's own verdict (pass, fail, saturated), where it has one
+    more: int | None = None  # undecided: requests still to run before it could decide (None: not known)
 
     @classmethod
-    def of_window(cls, state: str, margin: float | None, trusted: bool = True) -> "Verdict":
+    def of_window(cls, state: str, margin: float | None, trusted: bool = True, more: int | None = None) -> "Verdict":
         """A steady-state window's verdict (`pass`, `fail`, `saturated`, `undecided`, or `untrusted`:
         quantkit's client limited it) as the search reads it, for a point measured now and for one
         judged again from the ladder alike: `undecided` steers by its point estimate but is never
@@ -142,7 +143,7 @@ class Verdict(BaseModel):
         margin = None if state in OVERLOADED else margin
         passed = state == "pass" or (state == "undecided" and margin is not None and margin <= 1.0)
         return cls(passed=passed, margin=margin, trusted=trusted and state != "untrusted", decided=decided,
-                   state=state if decided else None)
+                   state=state if decided else None, more=more if state == "undecided" else None)
 
 
 class CapacityStep(BaseModel):
@@ -152,6 +153,7 @@ class CapacityStep(BaseModel):
     trusted: bool = True
     decided: bool = True
     state: str | None = None
+    more: int | None = None  # undecided: requests still to run before it could decide (None: not known)
 
 
 class CapacitySearch(BaseModel):
@@ -172,6 +174,22 @@ class CapacitySearch(BaseModel):
     steps: list[CapacityStep]
     floor: float | None = None  # how far below `lo` the search could walk when `lo` already failed (None: lo)
     undecided: list[float] = Field(default_factory=list)  # loads whose data could not decide (not in the bracket)
+
+
+def left_open(search: CapacitySearch | None) -> CapacityStep | None:
+    """The lowest load left undecided above the capacity (any, without one) and up to the ceiling.
+    An undecided load is never counted as a pass, nor as a failure: it bounds the capacity from
+    neither side, so the capacity stays the highest decided pass and the ceiling the lowest decided
+    failure (the undecided load itself where none was measured above it), and this load is reported
+    beside them with the requests it needs ("30-38.5 req/s,
+    undecided at 33.99 (needs 1093 more requests)"; "undecided at 30 req/s (needs 159 more
+    requests)" where nothing passed)."""
+    if search is None:
+        return None
+    steps = search.steps or []  # a record stored abridged keeps no steps
+    return next((s for s in sorted(steps, key=lambda s: s.load) if not s.decided and s.trusted
+                 and (search.capacity is None or s.load > search.capacity)
+                 and (search.ceiling is None or s.load <= search.ceiling)), None)
 
 
 def outcome(search: CapacitySearch | None) -> str:
@@ -241,7 +259,7 @@ def search_capacity(measure: Callable[[float], Verdict], *, lo: float = 1, hi: f
         if x not in steps:
             v = measure(int(x) if integer else x)
             steps[x] = CapacityStep(load=x, passed=v.passed, margin=v.margin, trusted=v.trusted, decided=v.decided,
-                                    state=v.state)
+                                    state=v.state, more=v.more)
         return steps[x]
 
     def result(capacity, ceiling, reason) -> CapacitySearch:

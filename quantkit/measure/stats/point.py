@@ -167,6 +167,7 @@ class WindowSummary(BaseModel):
     verdict: Verdict
     confidence: float
     reasons: list[str] = Field(default_factory=list)  # why it is not a pass (terms and their intervals)
+    more: int | None = None  # undecided: requests still to run before it could decide (confidence.SloVerdict.more)
     warmup_s: float  # sends before this (s from the point's start) were the warm-up
     start_s: float  # the window: the first and last measured request's send time
     end_s: float

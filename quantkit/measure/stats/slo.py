@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_serializer, model_validator
 
 from ...errors import UsageError, did_you_mean
 from ...numbers import MAX_SECONDS
@@ -78,7 +78,7 @@ class Slo(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     terms: tuple[SloTerm, ...]
-    attainment: float | None = None  # share of requests that must meet every term; None: not required
+    attainment: float | None = Field(None, gt=0, lt=1)  # share of requests that must meet every term; None: not required
 
     @model_validator(mode="before")
     @classmethod
@@ -123,11 +123,7 @@ class Slo(BaseModel):
                 return None
             worst = max(worst, stats.get(t.stat) / t.limit_s)
         if self.attainment is not None and point.slo_attainment is not None:
-            missed = 1.0 - point.slo_attainment
-            if self.attainment >= 1.0:
-                worst = max(worst, float("inf") if missed > 0 else 0.0)
-            else:
-                worst = max(worst, missed / (1.0 - self.attainment))
+            worst = max(worst, (1.0 - point.slo_attainment) / (1.0 - self.attainment))  # parse_slo: attainment < 1
         return worst
 
     def violations(self, point: Point) -> list[str]:
@@ -182,8 +178,13 @@ def _parse_share(item: str, value: str) -> float:
         share = float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
     except ValueError:
         raise UsageError(f"bad --slo term '{item}': attainment is a share such as 0.9 or 90%") from None
-    if not 0 < share <= 1:
-        raise UsageError(f"bad --slo term '{item}': attainment must be in (0, 1] (0.9 = 90% of requests)")
+    if share == 1:
+        # every request, at a confidence: no finite window can show that (confidence.requests_needed
+        # would count requests forever), so it is refused here rather than searched for
+        raise UsageError(f"bad --slo term '{item}': an attainment of 1 (every request) cannot be shown by any number of "
+                         "requests; use a share below 1 such as attainment=0.99, or a tail bound such as ttft_p99=...")
+    if not 0 < share < 1:
+        raise UsageError(f"bad --slo term '{item}': attainment must be in (0, 1) (0.9 = 90% of requests)")
     return share
 
 

@@ -28,9 +28,9 @@ streams) and measures only what a server sustains:
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from .confidence import judge
+from .confidence import SloVerdict, judge
 from .point import RequestResult, Verdict, WindowSettings, WindowSummary, percentile
 
 if TYPE_CHECKING:
@@ -168,24 +168,41 @@ def summarize(slo: "Slo | None", results: list[RequestResult], settings: WindowS
         saturated = closed_by
     verdict: Verdict = "undecided"
     reasons: list[str] = []
+    more: int | None = None
     if saturated:
         verdict, reasons = "saturated", [saturated]
     elif slo is not None and window:
-        judged = judge(slo, window, settings.confidence)
-        verdict, reasons = judged.decision, judged.reasons()
-        if verdict == "pass" and (rising := still_rising(slo, window)):
-            verdict, reasons = "undecided", [rising]
-        if len(window) < settings.min_requests and verdict == "pass":
-            verdict = "undecided"
-            reasons.append(f"{len(window)} requests in the window, fewer than the {settings.min_requests} asked")
+        verdict, reasons, more, _ = settle(slo, window, settings)
     elif not window:
         reasons = ["no request finished inside the window"]
     summary = WindowSummary(
         verdict=verdict, confidence=settings.confidence, reasons=reasons, warmup_s=round(warmup, 3),
         start_s=window[0].start_s if window else 0.0, end_s=window[-1].start_s if window else 0.0,
         measured=len(window), warmup_excluded=warm, cooldown_excluded=cool, cut_off=len(cut_starts),
-        saturation=saturated, closed_by=closed_by, **fig)
+        saturation=saturated, closed_by=closed_by, more=more, **fig)
     return summary, window
+
+
+class Settled(NamedTuple):
+    verdict: Verdict
+    reasons: list[str]
+    more: int | None  # undecided: requests still to run before it could decide (None: not known)
+    judged: SloVerdict
+
+
+def settle(slo: "Slo", window: list[RequestResult], settings: WindowSettings) -> Settled:
+    """A window's verdict on its requests: `confidence.judge`, and a pass that is still rising or
+    holds fewer than `min_requests` is undecided (the count: unknown for a rising one, the requests
+    short of the minimum for a short one). A live point and a stored one judged again
+    (capacity/rejudge.py) alike."""
+    judged = judge(slo, window, settings.confidence)
+    verdict, reasons, more = judged.decision, judged.reasons(), judged.more
+    if verdict == "pass" and (rising := still_rising(slo, window)):
+        verdict, reasons, more = "undecided", [rising], None
+    if len(window) < settings.min_requests and verdict == "pass":
+        verdict, more = "undecided", settings.min_requests - len(window)
+        reasons.append(f"{len(window)} requests in the window, fewer than the {settings.min_requests} asked")
+    return Settled(verdict, reasons, more, judged)
 
 
 def still_rising(slo: "Slo", window: list[RequestResult]) -> str | None:
