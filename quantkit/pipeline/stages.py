@@ -317,6 +317,16 @@ def _base_trial(record, space: dict[str, list[Any]], folder: Path, plan: RunReci
                  startup_s=(result.get("server") or {}).get("startup_s") or 0.0, reused=True)
 
 
+def fidelity_key(ctx: RunContext, folder: Path) -> tuple[str, Any]:
+    """The fidelity stage's run key for the variant in `folder`, and the serving configuration it
+    names: the recipe's `serve:` as a server started only to be scored (fidelity/run.py)."""
+    from ..fidelity import run as fidelity
+
+    serve = ctx.plan.serve.model_copy(update=fidelity.FIDELITY_SERVE_DEFAULTS)
+    return fidelity.fidelity_key(checkpoint.fingerprint(ctx.model.path), checkpoint.fingerprint(folder),
+                                 ctx.plan.fidelity.settings(), serve, ctx.vllm), serve
+
+
 def fidelity_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary,
                    not_started: str | None = None) -> None:
     """The variant scored against the baseline (the run's model) on the recipe's windows, on
@@ -327,9 +337,7 @@ def fidelity_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore
     from ..fidelity import run as fidelity
 
     wanted = ctx.plan.fidelity
-    serve = ctx.plan.serve.model_copy(update=fidelity.FIDELITY_SERVE_DEFAULTS)
-    key = fidelity.fidelity_key(checkpoint.fingerprint(ctx.model.path), checkpoint.fingerprint(folder),
-                                wanted.settings(), serve, ctx.vllm)
+    key, serve = fidelity_key(ctx, folder)
     done = store.done(key)
     mine = done is not None and (done.model, done.variant) == (ctx.model.name, label) \
         and int((done.result or {}).get("windows") or 0) >= wanted.windows
