@@ -83,3 +83,18 @@ def test_a_run_recipes_fidelity_stage_takes_the_commands_settings_and_gates(tmp_
     path.write_text("kind: run\nname: r\nmodel: m\nfidelity:\n  window: 16\n")
     with pytest.raises(UsageError, match=r"run.yaml:5: unknown key 'window' in fidelity.*did you mean 'windows'"):
         load_run(path)
+
+
+def test_a_fidelity_stage_whose_texts_are_not_there_is_refused_before_any_work(tmp_path, monkeypatch):
+    from quantkit.pipeline.checks import check_plan
+    from quantkit.pipeline.recipe import load_run
+
+    path = tmp_path / "run.yaml"
+    path.write_text("kind: run\nname: r\nmodel: m\neval: null\nfidelity: {windows: 4}\n")
+    monkeypatch.setenv("QUANTKIT_DATA_DIR", str(tmp_path / "empty"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=r"run.yaml: fidelity: .*empty/.* is missing from QUANTKIT_DATA_DIR=.*'wikitext2' texts"):
+        check_plan(load_run(path), str(path))
+    path.write_text("kind: run\nname: r\nmodel: m\neval: null\nfidelity: {sources: [pile]}\n")
+    with pytest.raises(UsageError, match=r"run.yaml: fidelity: unknown fidelity text source 'pile'; choices: wikitext2, c4"):
+        check_plan(load_run(path), str(path))
