@@ -17,7 +17,10 @@ validated when
   3. for a quantized checkpoint (any variant but the model's `baseline`): the model's baseline
      has a `done` eval on the same protocol and items, and the recovery (quantized / baseline,
      evals/gates.py) passes every gate by its 95% paired interval. A gate whose interval holds
-     the threshold is inconclusive: not validated (push exits 4, a failed gate 3).
+     the threshold is inconclusive: not validated (push exits 4, a failed gate 3). A stored
+     fidelity run of DIR (`quantkit fidelity`, or a run recipe's `fidelity:` stage) adds its gates
+     (ΔNLL, top-1 agreement against the baseline, fidelity/gate.py) to those, read the same way;
+     one that started before the newest conversion of DIR finished measured other weights.
 A quantized checkpoint without a stored baseline eval is NOT validated: its gates cannot be
 checked, and a card saying "validated" would then claim something nobody measured. A benchmark is
 not required (the gates are about accuracy); a missing one is shown as missing in the card.
@@ -67,7 +70,8 @@ from typing import Any
 from . import __version__, settings
 from .errors import BackendError, GateFailed, GateInconclusive, SetupError, UsageError
 from .files import atomic_write_text, unique_path
-from .evals.gates import gate_failure_message, gates_text
+from .evals.gates import gate_failure_message, gates_text, overall_verdict
+from .fidelity import gate as fidelity_gate
 from .labels import BASELINE
 from .report.card import CARD_MARK, build_card
 from .report import records
@@ -133,14 +137,27 @@ def _decide(store: Store, ev: Evidence) -> None:
         ev.reason = f"recovery against the baseline cannot be computed: {v.error or 'unknown reason'}"
         return
     ev.recovery = report = v.recovery
-    if not report.gates:
+    # a stored fidelity record's gates count as the recovery gates do (its verdicts were decided
+    # on its intervals when it was stored); one older than the weights measured other weights
+    fidelity = ev.stages.get("fidelity")
+    if fidelity is not None and fidelity.status == "done" and convert is not None and convert.status == "done" \
+            and convert.finished_at and fidelity.started_at < convert.finished_at:
+        ev.reason = (f"its fidelity run ({fidelity.started_at}) predates the latest conversion of this folder "
+                     f"({convert.finished_at}): the weights were rewritten since; score them again")
+        return
+    ev.fidelity = v.fidelity
+    fidelity_verdicts = list(v.fidelity.verdicts or []) if v.fidelity is not None else []
+    if not report.gates and not fidelity_verdicts:
         ev.reason = "no gate was given (--min-recovery / --min-task-recovery / --gate)"
         return
-    if report.verdict != "pass":  # a failed gate, or an inconclusive one: neither vouches for the weights
-        ev.reason = gate_failure_message(report)
+    ev.verdict = overall_verdict([g.verdict for g in report.gates] + [f.verdict for f in fidelity_verdicts])
+    if ev.verdict != "pass":  # a failed gate, or an inconclusive one: neither vouches for the weights
+        accuracy = gate_failure_message(report) if report.verdict not in (None, "pass") else None
+        ev.reason = "; ".join(m for m in (accuracy, fidelity_gate.failure_message(fidelity_verdicts)) if m)
         return
     ev.validated = True
-    ev.reason = f"passed {gate_text}, each by its 95% interval"
+    passed = ", ".join(t for t in (gate_text, fidelity_gate.gates_text(v.fidelity.gates) if fidelity_verdicts else "") if t)
+    ev.reason = f"passed {passed}, each by its 95% interval"
 
 
 
@@ -261,7 +278,7 @@ def push(model_dir: str | Path, repo: str, *, private: bool = False, revision: s
     with Store() as store:
         ev = gather_evidence(store, path, gates)
         if not ev.validated and not force:
-            refusal = GateInconclusive if ev.recovery is not None and ev.recovery.verdict == "inconclusive" else GateFailed
+            refusal = GateInconclusive if ev.verdict == "inconclusive" else GateFailed
             raise refusal(f"not pushing {path.name}: not validated ({ev.reason}); --force pushes it with a card that says so")
         model_card = build_card(store, ev, repo, base_model=base_model, forced=not ev.validated)
     files = _commit_files(path)

@@ -47,16 +47,23 @@ class Window:
 
 def load_texts(source: str, data_dir: Path | None = None) -> list[str]:
     """A source's documents in file order; a missing data dir or file is a usage error."""
+    rows = read_jsonl(source_path(source, data_dir))
+    field = SOURCES[source][1]
+    return [str(row.get(field, "")) if isinstance(row, dict) else "" for row in rows]
+
+
+def source_path(source: str, data_dir: Path | None = None) -> Path:
+    """The offline file a source's documents are read from; a usage error when it is not there
+    (a run recipe checks it before any work: pipeline/checks.py)."""
     if source not in SOURCES:
         raise UsageError(f"unknown fidelity text source '{source}'; choices: {', '.join(SOURCES)}")
     data_dir = data_dir or settings.data_dir()
     if data_dir is None:
         raise UsageError(f"the fidelity text '{source}' is read offline: set QUANTKIT_DATA_DIR to the data folder")
-    relative, field = SOURCES[source]
-    path = Path(data_dir) / relative
+    path = Path(data_dir) / SOURCES[source][0]
     if not path.is_file():
         raise UsageError(f"{path} is missing from QUANTKIT_DATA_DIR={data_dir}; the '{source}' texts are read from it")
-    return [str(row.get(field, "")) if isinstance(row, dict) else "" for row in read_jsonl(path)]
+    return path
 
 
 def prefix_token(tokenizer) -> int | None:

@@ -95,12 +95,27 @@ def verdicts(gates: FidelityGates, figures: dict[str, Estimate]) -> list[Fidelit
             for gate, threshold in gates.model_dump().items() if threshold is not None]
 
 
-def raise_for_verdicts(results: list[FidelityVerdict]) -> None:
-    """Exit as the accuracy gates do: 3 when a gate failed, 4 when one is undecided."""
+def failure_message(results: list[FidelityVerdict]) -> str | None:
+    """One line, as evals/gates.gate_failure_message's: the failed gates, else the undecided
+    ones; None when every gate passed (or none was set)."""
     failed = [v for v in results if v.verdict == "fail"]
     undecided = [v for v in results if v.verdict == "inconclusive"]
     if failed:
-        raise GateFailed("fidelity gate failed: " + "; ".join(v.describe() for v in failed))
+        return "fidelity gate failed: " + "; ".join(v.describe() for v in failed)
     if undecided:
-        raise GateInconclusive("fidelity gate inconclusive: " + "; ".join(v.describe() for v in undecided)
-                               + " (more windows narrow the interval: --windows N)")
+        return ("fidelity gate inconclusive: " + "; ".join(v.describe() for v in undecided)
+                + " (more windows narrow the interval: --windows N)")
+    return None
+
+
+def gates_text(gates: FidelityGates | None) -> str:
+    """The gates in words: `ΔNLL <= 0.05, top-1 agreement >= 0.85`."""
+    words = {"max_delta_nll": "ΔNLL <= {:g}", "min_top1": "top-1 agreement >= {:g}"}
+    return ", ".join(words[k].format(v) for k, v in (gates.model_dump() if gates else {}).items() if v is not None)
+
+
+def raise_for_verdicts(results: list[FidelityVerdict]) -> None:
+    """Exit as the accuracy gates do: 3 when a gate failed, 4 when one is undecided."""
+    message = failure_message(results)
+    if message is not None:
+        raise (GateFailed if any(v.verdict == "fail" for v in results) else GateInconclusive)(message)

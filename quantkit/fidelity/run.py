@@ -137,8 +137,11 @@ def _score_missing(missing: list[Window], baseline_dir: Path, variant_dir: Path,
 
 def measure(variant: str | Path, baseline: str | Path, *, settings: FidelitySettings | None = None,
             gates: FidelityGates | None = None, url: str | None = None, baseline_url: str | None = None,
-            serve: ServeConfig | None = None, concurrency: int = DEFAULT_CONCURRENCY) -> FidelityResult:
-    """The standalone command: windows, stored ones reused, the rest served and stored, figures."""
+            serve: ServeConfig | None = None, concurrency: int = DEFAULT_CONCURRENCY, store=None,
+            names: tuple[str, str] | None = None) -> FidelityResult:
+    """Windows, stored ones reused, the rest served and stored, figures: the standalone command,
+    and `quantkit run`'s fidelity stage (pipeline/stages.py), which gives its own `store` and the
+    record's (model, variant) `names` (the run's model and lane; default: the folder's names)."""
     from ..evals.run import _tokenizer
     from ..serve.env import installed_vllm_version
     from ..store import Store
@@ -164,20 +167,23 @@ def measure(variant: str | Path, baseline: str | Path, *, settings: FidelitySett
     fields = dict(run_key=key, baseline_dir=str(baseline_dir), variant_dir=str(variant_dir),
                   baseline_fingerprint=fingerprints[0], variant_fingerprint=fingerprints[1], settings=settings,
                   vllm_version=vllm_version)
-    with Store() as store:
+    with contextlib.nullcontext(store) if store is not None else Store() as store:
+        model, variant_name = names or default_names({"model_dir": str(variant_dir), "checkpoint": describe(variant_dir)})
         sums = stored_windows(store, key)
         missing = [w for w in plan if window_id(w) not in sums]
         done = store.done(key)
-        if not missing and done is not None and {window_id(w) for w in plan} <= {p["window"] for p in store.points(done.id)}:
+        # a done record of other names (a standalone run, then a run recipe's lane) is not this
+        # one's: a record of these names is written, every window read back, nothing served
+        if not missing and done is not None and (done.model, done.variant) == (model, variant_name) \
+                and {window_id(w) for w in plan} <= {p["window"] for p in store.points(done.id)}:
             info(f"all {len(plan)} windows are stored (record {key[:10]}): nothing to serve")
             return summary(plan, sums, gates, reused_windows=len(plan), scored_windows=0,
                            wall_time_s=round(time.monotonic() - started, 2), **fields)
         if len(plan) > len(missing):
             info(f"{len(plan) - len(missing)} of {len(plan)} windows are stored already; serving the other {len(missing)}")
-        model, variant_name = default_names({"model_dir": str(variant_dir), "checkpoint": describe(variant_dir)})
         params = stage_kind(KIND).params(variant_dir, fingerprints[1], config, settings, baseline=str(baseline_dir),
                                          baseline_fingerprint=fingerprints[0], url=url, baseline_url=baseline_url,
-                                         standalone=True)
+                                         standalone=names is None)
         with store.stage(key, KIND, model, variant_name, params) as record:
             for window_key, window_sum in sums.items():  # the new record holds every stored window
                 record.add_point(window_point(window_key, window_sum))

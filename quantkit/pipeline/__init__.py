@@ -48,7 +48,7 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     chosen = choose(plan.executor, executor, address, output) if executor is None or isinstance(executor, str) else executor
     # a recipe that only converts needs no vLLM environment (a GPU session converts while vLLM is
     # still being carried there); measurement keys name the vLLM release that served them
-    serves = plan.bench is not None or plan.eval is not None or plan.slo is not None
+    serves = plan.bench is not None or plan.eval is not None or plan.slo is not None or plan.fidelity is not None
     if serves:  # a method this CPU cannot serve: refused before the model is resolved or converted
         check_servable_methods(plan, [x for x in labels if not only or x in only], str(recipe_path))
     model = models.resolve(plan.model)

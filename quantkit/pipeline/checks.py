@@ -26,7 +26,8 @@ def check_model(model: ResolvedModel, serves: bool = True) -> None:
 
 
 def check_plan(plan: RunRecipe, source: str) -> None:
-    """What the recipe points at besides the model: tasks and their data, gates, calibration data."""
+    """What the recipe points at besides the model: tasks and their data, gates, fidelity texts,
+    calibration data."""
     task_names: set[str] = set()
     if plan.eval is not None:
         from ..evals.tasks import prepare_tasks, resolve
@@ -50,6 +51,14 @@ def check_plan(plan: RunRecipe, source: str) -> None:
 
         for problem in load_limits(max(plan.bench.concurrency or [0])):
             warn(f"{source}: {problem}")
+    if plan.fidelity is not None:  # its texts are read offline: missing ones refused now, not after the conversions
+        from ..fidelity.documents import source_path
+
+        try:
+            for text in plan.fidelity.sources:
+                source_path(text)
+        except UsageError as exc:
+            raise UsageError(f"{source}: fidelity: {exc.message}") from None
     for entry in plan.methods:
         if entry.checkpoint is not None:  # measured as it is: nothing to calibrate
             continue

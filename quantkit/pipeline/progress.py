@@ -39,6 +39,10 @@ def figure(kind: str | None, payload: dict[str, Any] | None) -> str | None:
             task = payload["tasks"][0]
             metric = task["metrics"][task["primary_metric"]]
             return f"{task['task']} {task['primary_metric']} {metric['value']:.3f}"
+        if kind == "fidelity" and payload.get("figures"):
+            figures = payload["figures"]
+            return (f"ΔNLL {figures['delta_nll']['value']:.4f}, top-1 {figures['top1_agreement']['value']:.3f}"
+                    + (f": {payload['verdict']}" if payload.get("verdict") else ""))
     except (KeyError, TypeError, ValueError, ZeroDivisionError):
         return None
     return None

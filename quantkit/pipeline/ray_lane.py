@@ -26,7 +26,8 @@ from .. import __version__, checkpoint, machine, models
 from ..errors import QuantkitError, SetupError
 from ..store import RecordStore
 from .ray_store import RemoteStore, this_node
-from .stages import Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, convert_key, measure_keys, owned_dir, run_lane
+from .stages import (Lane, RunContext, RunSummary, StageOutcome, checkpoint_dir, convert_key, fidelity_key, lane_stages,
+                     measure_keys, owned_dir, run_lane)
 
 
 def method_folder(ctx: RunContext, lane: Lane, store: RecordStore) -> Path:
@@ -53,6 +54,8 @@ def planned_stages(ctx: RunContext, lane: Lane, store: RecordStore) -> tuple[lis
             return [dict(s, model=ctx.model.name, variant=lane.label) for s in stages], False
     for kind, key in measure_keys(ctx, lane, checkpoint.fingerprint(folder)):
         stages.append({"kind": kind, "key": key, "params": {"checkpoint": str(folder)}})
+    if any(s.kind == "fidelity" for s in lane_stages(ctx.plan, lane, "own")):  # a resumed lane still owes it
+        stages.append({"kind": "fidelity", "key": fidelity_key(ctx, folder)[0], "params": {"checkpoint": str(folder)}})
     return [dict(s, model=ctx.model.name, variant=lane.label) for s in stages], True
 
 

@@ -77,6 +77,9 @@ class StoreActor:
     def records(self, **where: Any) -> list[Record]:
         return self.store.records(**where)
 
+    def points(self, record_id: int) -> list[dict[str, Any]]:
+        return self.store.points(record_id)
+
     # -- what the driver asks
     def close_lane(self, lane: str, error: str, status: str = "failed") -> list[tuple[str, str]]:
         """End every record the lane left open with `status`; when the lane failed, also record
@@ -154,6 +157,9 @@ class RemoteStore(RecordStore):
     def records(self, model: str | None = None, kind: str | None = None, status: str | None = None,
                 keys: list[str] | None = None) -> list[Record]:
         return self.ask(self.actor.records, model=model, kind=kind, status=status, keys=keys)
+
+    def points(self, record_id: int) -> list[dict[str, Any]]:
+        return self.ask(self.actor.points, record_id)
 
     def begin(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> int:

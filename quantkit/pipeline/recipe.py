@@ -18,6 +18,8 @@ from pydantic import Field, field_validator, model_validator
 from .. import safeload
 from ..errors import UsageError
 from ..evals.gates import Gates, GrowSettings
+from ..fidelity.gate import FidelityGates
+from ..fidelity.result import FidelitySettings
 from ..files import PLAIN_NAME_RULE, is_plain_name
 from ..labels import BASELINE
 from ..measure.capacity.live import CapacitySettings
@@ -125,6 +127,18 @@ class EvalSettings(Strict):
     grow: GrowSettings | None = None
 
 
+class FidelityStage(FidelitySettings):
+    """The recipe's `fidelity:`: each quantized variant's next-token distributions against the
+    baseline's on the same windows (fidelity/run.py), with the window settings of `quantkit
+    fidelity` and its gates (`gates: {max_delta_nll: .., min_top1: ..}`, defaults fidelity/gate.py's;
+    null turns one off). The gates decide with the accuracy gates (report/build.py)."""
+
+    gates: FidelityGates = Field(default_factory=FidelityGates)
+
+    def settings(self) -> FidelitySettings:
+        return FidelitySettings(**self.model_dump(exclude={"gates"}))
+
+
 ExecutorKind = Literal["local", "ray"]
 # what each executor does, for `quantkit run --executor`'s help (generated from this table)
 EXECUTORS: dict[str, str] = {"local": "one variant after another, the default",
@@ -175,6 +189,7 @@ class RunRecipe(Strict):
     bench: BenchSettings | None = Field(default_factory=BenchSettings)
     eval: EvalSettings | None = Field(default_factory=EvalSettings)
     gates: Gates = Field(default_factory=Gates)
+    fidelity: FidelityStage | None = None  # off unless set (`fidelity: {}` takes every default)
     bandwidth_gbs: Positive | None = None
     executor: ExecutorSettings = Field(default_factory=ExecutorSettings)
     # capacity under an SLO on the `serve:` configuration (vLLM's defaults plus those flags), and

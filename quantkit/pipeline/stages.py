@@ -257,30 +257,48 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
     space = tune.resolve_space(plan.tune, model_dir=folder)
     study = tune.study_key(folder, slo, plan.capacity, plan.tune, space, plan.serve, ctx.vllm, ctx.common)
     key = run_key("tune", study=study, budget=plan.tune.budget)
-    if store.done(key) and not ctx.force:
-        info(f"[{label}] tune: done earlier ({key[:10]}), skipped")
-        summary.outcomes.append(StageOutcome(variant=label, kind="tune", status="skipped", run_key=key))
-        return
-    if not_started is not None:
-        _fail_unstarted(ctx, "tune", key, label, folder, store, summary, f"not tuned: {not_started}")
+    if _settled(ctx, "tune", key, label, folder, store, summary, bool(store.done(key)), not_started, "not tuned"):
         return
     base = store.done(capacity_key(ctx, checkpoint.fingerprint(folder)))
     seed = _base_trial(base, space, folder, plan) if base is not None else None
     # the workload (capacity, slo) in the params: the report compares tunes within one
     params = stage_kind("tune").params(folder, checkpoint.fingerprint(folder), plan.serve, plan.tune, study=study,
                                        slo=str(plan.slo), capacity=plan.capacity.model_dump(mode="json"))
-    t0 = time.monotonic()
-    try:
+    def study_run() -> None:
         with store.stage(key, "tune", ctx.model.name, label, params) as rec:
             result = tune.tune_study(store, model=ctx.model.name, variant=label, model_dir=folder, slo=slo,
                                      capacity=plan.capacity, settings=plan.tune, base=plan.serve, study=study,
                                      space=space, seed_trial=seed)
             rec.finish(result.model_dump(mode="json"))
+
+    _own_stage("tune", label, key, summary, study_run)
+
+
+def _settled(ctx: RunContext, kind: str, key: str, label: str, folder: Path, store: RecordStore, summary: RunSummary,
+             done: bool, not_started: str | None, undone: str) -> bool:
+    """Whether a stage of its own servers needs no run: `done` earlier (skipped, unless --force), or
+    its lane's server did not start (`not_started`: recorded failed, `undone` saying what was not)."""
+    if done and not ctx.force:
+        info(f"[{label}] {kind}: done earlier ({key[:10]}), skipped")
+        summary.outcomes.append(StageOutcome(variant=label, kind=kind, status="skipped", run_key=key))
+        return True
+    if not_started is not None:
+        _fail_unstarted(ctx, kind, key, label, folder, store, summary, f"{undone}: {not_started}")
+        return True
+    return False
+
+
+def _own_stage(kind: str, label: str, key: str, summary: RunSummary, body: Callable[[], None]) -> None:
+    """A stage on servers of its own, its outcome in the summary: done, or failed with its reason
+    (the body's record says so too: store.stage) while the lane and the matrix go on."""
+    t0 = time.monotonic()
+    try:
+        body()
         status, error = "done", None
     except Exception as exc:
         status, error = "failed", stage_failure(exc)
-        warn(f"[{label}] tune failed: {error}")
-    summary.outcomes.append(StageOutcome(variant=label, kind="tune", status=status, run_key=key, error=error,
+        warn(f"[{label}] {kind} failed: {error}")
+    summary.outcomes.append(StageOutcome(variant=label, kind=kind, status=status, run_key=key, error=error,
                                          seconds=round(time.monotonic() - t0, 1)))
 
 
@@ -297,6 +315,38 @@ def _base_trial(record, space: dict[str, list[Any]], folder: Path, plan: RunReci
                  value=float(value or 0.0), probe=float(value or 0.0), capacity=cap or None,
                  capacity_load=cap.get("load"), bound=result.get("bound"), points=int(result.get("points_spent") or 0),
                  startup_s=(result.get("server") or {}).get("startup_s") or 0.0, reused=True)
+
+
+def fidelity_key(ctx: RunContext, folder: Path) -> tuple[str, Any]:
+    """The fidelity stage's run key for the variant in `folder`, and the serving configuration it
+    names: the recipe's `serve:` as a server started only to be scored (fidelity/run.py)."""
+    from ..fidelity import run as fidelity
+
+    serve = ctx.plan.serve.model_copy(update=fidelity.FIDELITY_SERVE_DEFAULTS)
+    return fidelity.fidelity_key(checkpoint.fingerprint(ctx.model.path), checkpoint.fingerprint(folder),
+                                 ctx.plan.fidelity.settings(), serve, ctx.vllm), serve
+
+
+def fidelity_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, summary: RunSummary,
+                   not_started: str | None = None) -> None:
+    """The variant scored against the baseline (the run's model) on the recipe's windows, on
+    servers of its own, one at a time: fidelity/run.measure, which reads back the windows any
+    record of its key stored (a killed run serves only the missing ones) and stores each window
+    as soon as both sides scored it. Its key is `quantkit fidelity`'s: a standalone run's windows
+    count here too. Skipped when this lane's record of the key holds as many windows as asked."""
+    from ..fidelity import run as fidelity
+
+    wanted = ctx.plan.fidelity
+    key, serve = fidelity_key(ctx, folder)
+    done = store.done(key)
+    mine = done is not None and (done.model, done.variant) == (ctx.model.name, label) \
+        and int((done.result or {}).get("windows") or 0) >= wanted.windows
+    if _settled(ctx, "fidelity", key, label, folder, store, summary, mine, not_started, "not scored"):
+        return
+    # a failed run's record keeps the windows it stored: the next run serves only the others
+    _own_stage("fidelity", label, key, summary, lambda: fidelity.measure(
+        folder, ctx.model.path, settings=wanted.settings(), gates=wanted.gates, serve=serve, store=store,
+        names=(ctx.model.name, label)))
 
 
 Place = Literal["before", "server", "own"]
@@ -338,6 +388,8 @@ STAGES = (
     Stage("bench", "server", lambda plan, lane: plan.bench is not None),
     Stage("eval", "server", lambda plan, lane: plan.eval is not None),
     Stage("tune", "own", lambda plan, lane: plan.tune is not None, tune_stage),
+    # a quantized lane against the baseline: the run's model, whether or not its own lane runs
+    Stage("fidelity", "own", lambda plan, lane: plan.fidelity is not None and lane.entry is not None, fidelity_stage),
 )
 
 

@@ -26,7 +26,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
 
 from ..errors import UsageError
 from ..evals.gates import overall_verdict
@@ -41,6 +41,7 @@ from ..serve.server import ServerInfo
 from ..store import REPORTED_KINDS
 from . import records
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
+from .fidelity import FidelityCell, fidelity_cell
 from .tiers import TierResult
 from .figures import lookup_bandwidth, pareto_front
 
@@ -76,6 +77,7 @@ class Variant(BaseModel):
     baseline: bool | None = None  # the reference variant (None: the one without a convert record)
     capacity: records.Capacity | None = None  # a CapacityResult: capacity under the SLO on the recipe's serve config
     tune: records.Tune | None = None  # a TuneResult (measure/tune/study.py): the best configuration found and its capacity
+    fidelity: records.Fidelity | None = None  # a FidelityResult (fidelity/result.py): against the baseline, token by token
 
     model_config = ConfigDict(validate_assignment=True)
 
@@ -178,8 +180,9 @@ class Row(BaseModel):
     recovery_high: float | None = None
     recovery_method: str | None = None
     recovery_independent_stderr: float | None = None  # as if the two runs were unrelated (for comparison)
-    # The accuracy verdict: "pass" / "fail" / "inconclusive" by the gates' intervals, "no gates",
-    # "reference" (the baseline), None (no recovery). `gates_passed` is the yes/no of it.
+    # The accuracy verdict: "pass" / "fail" / "inconclusive" by the gates' intervals (the recovery
+    # gates' and the fidelity gates'), "no gates", "reference" (the baseline), None (neither was
+    # measured). `gates_passed` is the yes/no of it.
     gate: Literal["pass", "fail", "inconclusive", "no gates", "reference"] | None = None
     gate_detail: list[str] = Field(default_factory=list)
     accuracy_from: str | None = None  # recovery and gate are this model's evals of the same method, not this one's
@@ -187,6 +190,16 @@ class Row(BaseModel):
     pareto: bool = False
     capacity: CapacityCell | None = None  # under the SLO, on the recipe's serve config (vLLM's defaults)
     capacity_tuned: CapacityCell | None = None  # under the SLO, the tuner's best configuration
+    fidelity: FidelityCell | None = None  # against the baseline, token by token (report/fidelity.py)
+
+    @model_serializer(mode="wrap")
+    def _fidelity_when_measured(self, handler):
+        # a row without fidelity figures is written as before they existed: reports of stores
+        # that hold none stay byte-identical (tests/unit/test_output_pins.py)
+        data = handler(self)
+        if self.fidelity is None:
+            data.pop("fidelity", None)
+        return data
 
     @property
     def gates_passed(self) -> bool:
@@ -343,13 +356,19 @@ def _scores(v: Variant) -> tuple[list[TaskScore], float | None]:
 
 
 def _gate(v: Variant, baseline: bool) -> tuple[str | None, list[str]]:
+    """The row's verdict over its recovery gates and its fidelity gates, each by its interval, and
+    each gate's line: a fidelity gate counts as an accuracy gate does (the decision and push)."""
+    fidelity = list(v.fidelity.verdicts or []) if v.fidelity is not None else []
+    fidelity_detail = [f"fidelity {f.describe()}" for f in fidelity]
     if v.recovery is None:
+        if fidelity:
+            return overall_verdict([f.verdict for f in fidelity]), fidelity_detail
         return ("reference", []) if baseline and (v.eval or v.accuracy_from) else (None, [])
     gates = v.recovery.gates
-    if not gates:
+    if not gates and not fidelity:
         return "no gates", []
     detail = [g.summary() if g.verdict == "pass" else g.describe() + f": {g.verdict}" for g in gates]
-    return overall_verdict([g.verdict for g in gates]), detail
+    return overall_verdict([g.verdict for g in gates] + [f.verdict for f in fidelity]), detail + fidelity_detail
 
 
 def row_of(v: Variant) -> Row:
@@ -391,6 +410,7 @@ def row_of(v: Variant) -> Row:
         recovery_method=recovery.mean_method,
         recovery_independent_stderr=_num(recovery.mean_independent_stderr),
         gate=gate, gate_detail=gate_detail, accuracy_from=v.accuracy_from, capacity=capacity, capacity_tuned=tuned,
+        fidelity=fidelity_cell(v.fidelity),
     )
 
 

@@ -34,6 +34,7 @@ from ..store import MEASURED_KINDS, REPORTED_KINDS, Store
 from . import records
 from .build import Point, Row, TaskScore, Variant, points_of, row_of, top_point
 from .card_capacity import capacity_lines
+from .fidelity import CAPTION as FIDELITY_CAPTION, TITLE as FIDELITY_TITLE, fidelity_table
 from .gather import Evidence, variant_of
 from .render import Md, fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str, markdown_table, md_code, md_escape, md_fence
 
@@ -194,7 +195,8 @@ def build_card(store: Store, ev: Evidence, repo: str | None, *, base_model: str 
         model_name=name, eval_results=_eval_results(ev, fig) or None,
         **({"base_model_relation": "quantized"} if base and ev.convert else {}),
     )
-    body = [*_header(ev, name, base, forced), *_what_was_done(ev), *_accuracy(ev, fig), *_throughput(ev, fig),
+    body = [*_header(ev, name, base, forced), *_what_was_done(ev), *_accuracy(ev, fig), *_fidelity(fig),
+            *_throughput(ev, fig),
             *capacity_lines(store, ev, fig.row.capacity), *_how_to_serve(name, ev), *_provenance(ev)]
     template = "---\n{{ card_data }}\n---\n\n{{ body }}\n"
     return ModelCard.from_template(data, template_str=template, body="\n".join(body).rstrip() + "\n")
@@ -340,6 +342,17 @@ def _accuracy(ev: Evidence, fig: CardFigures) -> list[str]:
     return out + _gates(ev, fig.row) + _protocol(run)
 
 
+def _fidelity(fig: CardFigures) -> list[str]:
+    """The report's fidelity table for this checkpoint, when one was measured (none: no section)."""
+    table = fidelity_table([fig.row], MISSING)
+    if table is None:
+        return []
+    _, header, rows, _ = table
+    return [f"## {FIDELITY_TITLE}", "", "The next-token distributions of this checkpoint against its baseline's, "
+            "served by vLLM on the same token windows.", "", *markdown_table(header, rows), "",
+            md_escape(FIDELITY_CAPTION[0].upper() + FIDELITY_CAPTION[1:]), ""]
+
+
 def _gates(ev: Evidence, row: Row) -> list[str]:
     """The mean recovery and each gate's verdict by its interval."""
     if ev.recovery is None:
@@ -454,7 +467,7 @@ def _provenance(ev: Evidence) -> list[str]:
     if versions:
         out.append(md_escape("Conversion: " + ", ".join(f"{k} {v}" for k, v in versions.items()) + "."))
     # the runs measured under no workload; a capacity's workload and hardware are its own section's
-    for kind in (k for k in REPORTED_KINDS if k not in MEASURED_KINDS):
+    for kind in (k for k in REPORTED_KINDS if k not in MEASURED_KINDS and (k != "fidelity" or k in ev.stages)):
         r = ev.stages.get(kind)
         out.append(f"- {kind}: " + (f"run {md_code(r.run_key)} {md_escape(f'({r.status}, finished {r.finished_at or MISSING})')}"
                                     if r else MISSING))

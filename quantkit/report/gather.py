@@ -149,7 +149,7 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
         bench_result = records.read(BenchRun, {**(bench.result or {}), "points": points, "complete": False}) \
             if points else None
     convert_result = records.read(ConvertRecord, convert.result) if convert else None
-    capacity, tune = stages.get("capacity"), stages.get("tune")
+    capacity, tune, fidelity = stages.get("capacity"), stages.get("tune"), stages.get("fidelity")
     capacity_result = records.read(CapacityResult, capacity.result) if capacity is not None else None
     if capacity is not None and capacity.status != "done":
         # keep what finished: a search cut short still has its ladder, judged from its own points
@@ -158,7 +158,7 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
             shown = f" (shown: the {len(capacity_result.points)} points it measured)"
             problems = [p + shown if p.startswith("capacity ") else p for p in problems]
     model_dir = convert_result.output_dir if convert_result is not None else None
-    model_dir = model_dir or next((folder for r in (bench, eval_, capacity)
+    model_dir = model_dir or next((folder for r in (bench, eval_, capacity, fidelity)
                                    if r is not None and (folder := records.params(r).checkpoint)), "")
     recovery = None
     if eval_ is not None and eval_.status == "done" and baseline_eval is not None and name != BASELINE:
@@ -172,14 +172,15 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
         described = next((records.read(model, r.result).checkpoint for r, model in ((bench, BenchRun), (capacity, CapacityResult))
                           if r is not None and r.result), None)
         method = method_of(described) or "bf16"
-    status = "done" if not problems else ("partial" if bench_result or capacity_result or (eval_ and eval_.status == "done")
-                                          else "failed")
+    status = "done" if not problems else ("partial" if bench_result or capacity_result or any(
+        r is not None and r.status == "done" for r in (eval_, fidelity)) else "failed")
     size = None
     if convert is None and model_dir and Path(model_dir).is_dir():  # the baseline or a checkpoint brought in
         size = weight_bytes(Path(model_dir))
     return Variant(name=name, method=method, model_dir=str(model_dir), size_bytes=size, baseline=name == BASELINE,
                    capacity=capacity_result,
                    tune=tune.result if tune is not None and tune.status == "done" else None,
+                   fidelity=fidelity.result if fidelity is not None and fidelity.status == "done" else None,
                    convert=convert_result if convert and convert.status == "done" else None,
                    bench=bench_result, eval=eval_.result if eval_ and eval_.status == "done" else None,
                    recovery=recovery, status=status, error="; ".join(problems) or None)
@@ -282,7 +283,8 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
     gated = {row.name: row.gate for row in report.rows if row.gate in VERDICTS}
     counts = {verdict: 0 for verdict in VERDICTS}
     for v in variants:
-        for g in (v.recovery.gates if v.recovery is not None else None) or []:
+        for g in [*((v.recovery.gates if v.recovery is not None else None) or []),
+                  *((v.fidelity.verdicts if v.fidelity is not None else None) or [])]:
             counts[g.verdict] += 1
     return {"model": model, "paths": paths, "report": report,
             "gates_passed": (overall_verdict(list(gated.values())) == "pass") if gated else None,
@@ -342,6 +344,8 @@ class Evidence:
     recovery: RecoveryReport | None = None  # against the baseline eval (records.Recovery)
     gates: dict[str, Any] = field(default_factory=dict)
     gates_source: str = "given on the command line"
+    fidelity: Any = None  # the newest done fidelity record's result (records.Fidelity), read by hub._decide
+    verdict: str | None = None  # over the recovery and the fidelity gates (pass / fail / inconclusive)
     validated: bool = False
     reason: str = ""  # why not validated (or the verdict when validated)
 

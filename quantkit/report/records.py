@@ -1,7 +1,7 @@
 """The report's typed seam: stored result JSON validated once, into the result models themselves.
 
 The store keeps each stage's result as the JSON its model wrote (ConvertRecord, BenchRun, EvalRun,
-RecoveryReport, CapacityResult, TuneResult). The report, the decision and the card read them as
+RecoveryReport, CapacityResult, TuneResult, FidelityResult). The report, the decision and the card read them as
 these models' attributes, never as dict keys: a field renamed in a result model is an
 AttributeError in the report (and a failing test), not a silent "—".
 
@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, create_model
 from ..checkpoint import CalibrationUsed, CheckpointInfo, ConvertRecord, QuantizationConfig, VllmCheck
 from ..evals.gates import Gates, RecoveryReport
 from ..evals.results import EvalProtocol, EvalRun, EvalServer
+from ..fidelity.result import FidelityResult
 from ..machine import Hardware
 from ..measure.capacity.bench import BenchRun, BenchWorkload
 from ..measure.capacity.live import CapacityFigures, CapacityResult
@@ -134,6 +135,7 @@ Eval = tolerant(EvalRun)
 Recovery = tolerant(RecoveryReport)
 Capacity = tolerant(CapacityResult)
 Tune = tolerant(TuneResult)
+Fidelity = tolerant(FidelityResult)
 Point = tolerant(BenchPoint)
 
 

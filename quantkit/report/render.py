@@ -18,6 +18,7 @@ from ..safeload import read_json
 from ..files import atomic_write_bytes
 from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
 from .decision import CapacityCell, Decision, from_proxy
+from .fidelity import fidelity_table
 from .tiers import tier_lines, tier_table
 
 DASH = "—"
@@ -160,6 +161,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
                 "reaches it, fails when the upper bound is below it, and is inconclusive otherwise; wikitext: word "
                 "perplexity, and in brackets its recovery (baseline ppl / this ppl) with the 95% interval from the "
                 "same documents resampled together"))
+    if (fidelity := fidelity_table(r_, DASH)) is not None:  # beside the accuracy it sharpens
+        out.append(fidelity)
     out.append(("Batch-1 decode bound from memory bandwidth", ["variant", "weight bytes", "bandwidth (GB/s)",
                                                                  "bound tok/s", "measured tok/s c=1", "measured / bound"],
                 [[r.name, fmt_bytes(r.bound.weight_bytes), _bandwidth(r.bound), fmt(r.bound.max_tok_s),
@@ -359,7 +362,11 @@ def _version(report: Report) -> str:
 
 # The plots go after the first three tables (what each variant is, its speed, its accuracy): the
 # reader sees the trade-off before the detail tables.
-PLOTS_AFTER = 3  # (4 when the capacity table leads)
+PLOTS_AFTER = 3  # (4 when the capacity table leads, one more when the fidelity table follows the accuracy)
+
+
+def _plots_after(report: Report) -> int:
+    return PLOTS_AFTER + (report.decision is not None) + any(r.fidelity is not None for r in report.rows)
 
 
 def render_markdown(report: Report) -> str:
@@ -374,7 +381,7 @@ def render_markdown(report: Report) -> str:
         lines += [f"> note: {_md_cell(note)}", ""]
     if decision := decision_lines(report, markdown=True):
         lines += ["## Recommended deployment", ""] + [f"- {line}" for line in decision] + [""]
-    plots_after = PLOTS_AFTER + (report.decision is not None)
+    plots_after = _plots_after(report)
     for i, (title, header, rows, caption) in enumerate(tables(report)):
         if i == plots_after:
             lines += _md_plots(report)
@@ -468,7 +475,7 @@ def render_html(report: Report, images: dict[str, bytes] | None = None) -> str:
                  "Accuracy": {r.name: "pareto" for r in report.rows if r.pareto}}
     return env.from_string(_HTML).render(
         report=report, tables=tables(report), dash=DASH, row_class=row_class, version=_version(report),
-        plots_after=PLOTS_AFTER + (report.decision is not None),
+        plots_after=_plots_after(report),
         images={k: base64.b64encode(v).decode("ascii") for k, v in (images or {}).items()},
         kernel_rows=[r for r in report.rows if r.kernels], gate_rows=[r for r in report.rows if r.gate_detail],
         decision=decision_lines(report),

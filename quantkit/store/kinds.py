@@ -75,8 +75,8 @@ KINDS: dict[str, StageKind] = {k.name: k for k in (
               importable=True, points=True),
     StageKind("tune", "quantkit.measure.tune.study:TuneResult", reported=True, measured=True),
     StageKind("trial", "quantkit.measure.tune.study:Trial"),
-    # its points are its windows (fidelity/result.py); the report and `quantkit run` read it later
-    StageKind("fidelity", "quantkit.fidelity.result:FidelityResult", points=True),
+    # its points are its windows (fidelity/result.py); the report shows it beside the accuracy
+    StageKind("fidelity", "quantkit.fidelity.result:FidelityResult", reported=True, points=True),
 )}
 
 # Every kind a record may have; only membership is checked.

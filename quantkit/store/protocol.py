@@ -96,6 +96,10 @@ class RecordStore(Protocol):
                 keys: list[str] | None = None) -> list[Record]:
         """The records that match, oldest first (the tune study reads its stored trials)."""
 
+    @abstractmethod
+    def points(self, record_id: int) -> list[dict[str, Any]]:
+        """A record's stored points, in order (the fidelity stage reads the windows stored before)."""
+
     @contextmanager
     def stage(self, key: str, kind: str, model: str, variant: str, params: dict[str, Any],
               recipe_hash: str | None = None) -> Iterator["StageHandle"]:

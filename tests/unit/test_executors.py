@@ -97,6 +97,9 @@ def test_figures():
     task = {"task": "arc_easy", "primary_metric": "acc", "metrics": {"acc": {"value": 0.5}}}
     assert figure("eval", {"tasks": [task]}) == "arc_easy acc 0.500"
     assert figure("tune", {"x": 1}) is None and figure("convert", {"size_bytes": 1}) is None
+    fidelity = {"figures": {"delta_nll": {"value": 0.01234}, "top1_agreement": {"value": 0.9171}}, "verdict": "pass"}
+    assert figure("fidelity", fidelity) == "ΔNLL 0.0123, top-1 0.917: pass"
+    assert figure("point", {"window": "c4/3@0", "positions": 256}) is None  # a fidelity window: no figure
 
 
 def test_store_actor_fails_open_and_planned_stages_of_a_lost_lane(tmp_path):

@@ -66,3 +66,35 @@ def test_hash_ignores_name_and_description_and_unused_calibration():
     # fp8 is data-free: a calibration block cannot change its output, so it does not change the hash
     c = recipes.override(a, num_samples=3)
     assert c.hash() == a.hash()
+
+
+def test_a_run_recipes_fidelity_stage_takes_the_commands_settings_and_gates(tmp_path):
+    from quantkit.fidelity.gate import DEFAULT_MAX_DELTA_NLL
+    from quantkit.fidelity.result import FidelitySettings
+    from quantkit.pipeline.recipe import load_run
+
+    path = tmp_path / "run.yaml"
+    path.write_text("kind: run\nname: r\nmodel: m\nfidelity:\n  windows: 16\n  gates: {min_top1: null}\n")
+    stage = load_run(path).fidelity
+    assert stage.settings() == FidelitySettings(windows=16)  # the rest as `quantkit fidelity`'s defaults
+    assert (stage.gates.max_delta_nll, stage.gates.min_top1) == (DEFAULT_MAX_DELTA_NLL, None)  # null: that gate off
+    path.write_text("kind: run\nname: r\nmodel: m\n")
+    assert load_run(path).fidelity is None  # off unless asked for
+    path.write_text("kind: run\nname: r\nmodel: m\nfidelity:\n  window: 16\n")
+    with pytest.raises(UsageError, match=r"run.yaml:5: unknown key 'window' in fidelity.*did you mean 'windows'"):
+        load_run(path)
+
+
+def test_a_fidelity_stage_whose_texts_are_not_there_is_refused_before_any_work(tmp_path, monkeypatch):
+    from quantkit.pipeline.checks import check_plan
+    from quantkit.pipeline.recipe import load_run
+
+    path = tmp_path / "run.yaml"
+    path.write_text("kind: run\nname: r\nmodel: m\neval: null\nfidelity: {windows: 4}\n")
+    monkeypatch.setenv("QUANTKIT_DATA_DIR", str(tmp_path / "empty"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UsageError, match=r"run.yaml: fidelity: .*empty/.* is missing from QUANTKIT_DATA_DIR=.*'wikitext2' texts"):
+        check_plan(load_run(path), str(path))
+    path.write_text("kind: run\nname: r\nmodel: m\neval: null\nfidelity: {sources: [pile]}\n")
+    with pytest.raises(UsageError, match=r"run.yaml: fidelity: unknown fidelity text source 'pile'; choices: wikitext2, c4"):
+        check_plan(load_run(path), str(path))

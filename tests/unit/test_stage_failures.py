@@ -221,6 +221,49 @@ def test_a_lane_whose_server_did_not_start_fails_its_tune_without_starting_a_tri
     assert failed == [("a", "bench"), ("a", "capacity"), ("a", "eval"), ("a", "tune"), ("rtn", "convert")]
 
 
+def test_the_fidelity_stage_scores_each_quantized_lane_on_the_runs_store_skips_it_once_done_and_fails_it_unstarted(
+        matrix, monkeypatch):
+    """fidelity/run.measure (a fixture here: its serving is tested with vLLM) is called for each
+    quantized lane whose server started, against the run's model, with the run's store and the
+    lane's names; a lane whose server did not start fails it without serving; a second run skips
+    the lanes whose record holds the windows asked for, and scores again one that holds fewer."""
+    from quantkit.fidelity import run as fidelity
+    from quantkit.pipeline import stages
+    from quantkit.pipeline.recipe import FidelityStage
+
+    calls, keys = [], {}
+
+    def stage_key(ctx, folder):  # the stage's own key, remembered for the fixture's record
+        key, serve = original_key(ctx, folder)
+        keys[Path(folder).name] = key
+        return key, serve
+
+    def measure(variant, baseline, *, settings, gates, serve, store, names):
+        calls.append((Path(variant).name, Path(baseline).name, names, serve.enforce_eager, store is matrix.store))
+        with store.stage(keys[Path(variant).name], "fidelity", *names, {"checkpoint": str(variant)}) as rec:
+            rec.finish({"windows": settings.windows})
+
+    original_key = stages.fidelity_key
+    monkeypatch.setattr(stages, "fidelity_key", stage_key)
+    monkeypatch.setattr(fidelity, "measure", measure)
+    matrix.ctx.plan = matrix.ctx.plan.model_copy(update={"fidelity": FidelityStage(windows=8)})
+    raised = BackendError("vLLM could not serve a (exit code 1)")
+    matrix.raising[("a", "server")] = raised
+    summary = matrix.run()
+    assert calls == [("b", "base", ("base", "b"), True, True)]  # not the baseline, not unconverted rtn, not a
+    assert [(o.variant, o.status) for o in summary.outcomes if o.kind == "fidelity"] == [("a", "failed"), ("b", "done")]
+    assert [(r.status, r.error) for r in matrix.records()[("a", "fidelity")]] == [("failed", f"not scored: {raised.one_line()}")]
+
+    del matrix.raising[("a", "server")]
+    calls.clear()
+    again = matrix.run()
+    assert [(o.variant, o.status) for o in again.outcomes if o.kind == "fidelity"] == [("a", "done"), ("b", "skipped")]
+    matrix.ctx.plan = matrix.ctx.plan.model_copy(update={"fidelity": FidelityStage(windows=16)})
+    calls.clear()
+    matrix.run()  # more windows than b's record holds: the same key, scored again (stored ones are reused)
+    assert [c[0] for c in calls] == ["a", "b"]
+
+
 def test_a_stage_failure_of_a_later_lane_leaves_the_earlier_results(matrix):
     """The last lane's failure is as recorded as the first's: nothing after it is skipped, and
     what ran before it is kept."""

@@ -41,7 +41,7 @@ def test_the_store_records_each_stage_kind_and_refuses_any_other(tmp_path):
 def test_the_registry_derives_the_named_subsets_as_they_were():
     assert STAGE_KINDS == tuple(KINDS) and set(STAGE_KINDS) == {"convert", "bench", "eval", "tune", "capacity", "trial",
                                                                      "fidelity"}
-    assert REPORTED_KINDS == ("convert", "bench", "eval", "capacity", "tune")  # the report's reading order
+    assert REPORTED_KINDS == ("convert", "bench", "eval", "capacity", "tune", "fidelity")  # the report's reading order
     assert MEASURED_KINDS == ("capacity", "tune")
     assert IMPORTABLE_KINDS == ("bench", "eval", "capacity")
     assert POINT_KINDS == ("bench", "capacity", "fidelity")  # a fidelity record's points are its windows
@@ -66,7 +66,8 @@ def test_the_lane_s_stage_table_lists_every_stage_in_run_order_and_each_measurem
 
     # the run order, which the run's summary keeps
     assert [(s.kind, s.place) for s in STAGES] == [("checkpoint", "before"), ("convert", "before"), ("capacity", "server"),
-                                                   ("bench", "server"), ("eval", "server"), ("tune", "own")]
+                                                   ("bench", "server"), ("eval", "server"), ("tune", "own"),
+                                                   ("fidelity", "own")]
     assert {s.kind for s in STAGES} - {"checkpoint"} <= set(KINDS)  # an existing checkpoint is never stored
     on_server = [s.kind for s in STAGES if s.place == "server"]
     assert all(s.run is None for s in STAGES if s.place == "server") and all(
@@ -93,6 +94,10 @@ def test_the_stage_table_picks_each_lane_s_stages(tmp_path):
     plan = RunRecipe(name="t", model="m", bench=None)
     assert [s.kind for s in lane_stages(plan, lanes["awq"], "server")] == ["eval"]
     assert lane_stages(plan, lanes["awq"], "own") == []
+    # fidelity: each quantized lane against the baseline (the run's model); the baseline has none
+    plan = RunRecipe(name="t", model="m", fidelity={})
+    assert {name: [s.kind for s in lane_stages(plan, lane, "own")] for name, lane in lanes.items()} == {
+        "baseline": [], "awq": ["fidelity"], "kept": ["fidelity"]}
 
 
 def test_measurement_keys_and_params_are_what_they_were(tmp_path):

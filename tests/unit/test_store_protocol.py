@@ -21,7 +21,7 @@ def remote(tmp_path, monkeypatch):
 
 
 def test_both_stores_implement_every_method_of_the_protocol():
-    assert METHODS == ["add_point", "begin", "done", "fail", "finish", "records"]
+    assert METHODS == ["add_point", "begin", "done", "fail", "finish", "points", "records"]
     for cls in (Store, RemoteStore):
         assert RecordStore in cls.__mro__ and not cls.__abstractmethods__, cls  # subclassed explicitly
         assert cls.stage is RecordStore.stage  # one record life cycle, not a copy
