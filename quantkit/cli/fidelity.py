@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .. import numbers
 from ..console import emit, run_command, stdout
-from ..errors import QuantkitError, validation_as_usage_error
+from ..errors import QuantkitError, UsageError, validation_as_usage_error
 from . import app
 from .options import Json, Quiet, ServingOptions, mode, number_option, serving_options
 
@@ -30,7 +30,8 @@ FIGURE_ROWS = (
 def fidelity_command(
     variant: Path = typer.Argument(..., help="The quantized checkpoint folder (the record is stored under it)."),
     baseline: str = typer.Option(..., "--baseline", help="The baseline checkpoint folder, or smollm2-135m; its tokenizer cuts the windows."),
-    windows: int = number_option(numbers.Count, "--windows", default=64, help="Token windows in all, half wikitext2 test, half c4 documents calibration never read."),
+    windows: int = number_option(numbers.Count, "--windows", default=64, help="Token windows in all, split evenly over --sources."),
+    sources: str = typer.Option("wikitext2,c4", "--sources", help="Texts, comma-separated: wikitext2 (test pages), c4 (documents calibration never read), task:NAME (an evaluation task's prompts with their gold answers, e.g. task:arc_easy)."),
     window_len: int = number_option(numbers.Tokens, "--window-len", default=256, help="Tokens per window, each one scored."),
     k: int = typer.Option(20, "--k", help="Log-probabilities per position from each server (1 to 20, vLLM's default --max-logprobs)."),
     url: Optional[str] = typer.Option(None, "--url", help="Use this running server for VARIANT instead of starting vLLM on it."),
@@ -55,7 +56,14 @@ def fidelity_command(
         with validation_as_usage_error("fidelity gate", GATE_OPTION_OF_FIELD):
             gates = None if no_gate else gate_mod.FidelityGates(max_delta_nll=max_delta_nll, min_top1=min_top1)
         with validation_as_usage_error("fidelity setting", {"k": "--k", "windows": "--windows", "window_len": "--window-len"}):
-            settings = FidelitySettings(windows=windows, window_len=window_len, k=k)
+            settings = FidelitySettings(windows=windows, window_len=window_len, k=k,
+                                        sources=tuple(x.strip() for x in sources.split(",") if x.strip()))
+        if not settings.sources:
+            raise UsageError("--sources names no text: give e.g. wikitext2,c4 or task:arc_easy")
+        from ..fidelity.documents import source_path
+
+        for source in settings.sources:  # an unknown source or a missing file: one line, before any server
+            source_path(source)
         result = measure(variant, baseline, settings=settings, gates=gates, url=url, baseline_url=baseline_url,
                          serve=serve.config(**FIDELITY_SERVE_DEFAULTS), concurrency=concurrency)
         data = result.model_dump(mode="json")

@@ -9,6 +9,13 @@ Sources, under QUANTKIT_DATA_DIR (see its README):
   pool less what a calibration read, passed as `exclude` (the first num_samples records of
   `quantize.calibration.load(calib).records`; the caller, a layer above, reads them).
 
+- `task:NAME`: the prompts of quantkit's evaluation task NAME (evals/tasks.yaml), as lm-eval builds
+  them for its evaluation documents (zero-shot, the task's own template): each document's context
+  followed by its gold continuation (a multiple-choice task's correct choice, a generation task's
+  reference answer). What the accuracy gates score, token by token; no quantizer calibrates on it.
+  A prompt is shorter than a window: each is one window of its own length (its last `length`
+  tokens when longer), so these windows differ in length; the figures are per-token means either way.
+
 Each document is tokenized whole with the model's tokenizer (no special tokens), cut into
 consecutive windows of `length` tokens (a shorter tail is dropped: every window scores the same
 number of positions), and each window gets the model's prefix token in front (BOS, else EOS, as
@@ -18,6 +25,7 @@ document's id: documents, not windows, are the bootstrap's unit (intervals.py).
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -45,8 +53,18 @@ class Window:
         return len(self.token_ids) - 1
 
 
-def load_texts(source: str, data_dir: Path | None = None) -> list[str]:
-    """A source's documents in file order; a missing data dir or file is a usage error."""
+TASK_PREFIX = "task:"
+
+
+def is_task(source: str) -> bool:
+    return source.startswith(TASK_PREFIX)
+
+
+def load_texts(source: str, data_dir: Path | None = None, limit: int | None = None) -> list[str]:
+    """A source's documents in file order (a task's: its first `limit` only, as lm-eval renders
+    each one: the whole of HellaSwag takes ~40 s); a missing data dir or file is a usage error."""
+    if is_task(source):
+        return task_prompts(source.removeprefix(TASK_PREFIX), data_dir, limit)
     rows = read_jsonl(source_path(source, data_dir))
     field = SOURCES[source][1]
     return [str(row.get(field, "")) if isinstance(row, dict) else "" for row in rows]
@@ -54,16 +72,66 @@ def load_texts(source: str, data_dir: Path | None = None) -> list[str]:
 
 def source_path(source: str, data_dir: Path | None = None) -> Path:
     """The offline file a source's documents are read from; a usage error when it is not there
-    (a run recipe checks it before any work: pipeline/checks.py)."""
+    (a run recipe checks it before any work: pipeline/checks.py). A task source: the folder of
+    its generated task config, once its data files were found."""
+    if is_task(source):
+        with tempfile.TemporaryDirectory() as tmp:
+            _task_setup(source.removeprefix(TASK_PREFIX), _offline_dir(source, data_dir), Path(tmp))
+        return _offline_dir(source, data_dir)
     if source not in SOURCES:
-        raise UsageError(f"unknown fidelity text source '{source}'; choices: {', '.join(SOURCES)}")
-    data_dir = data_dir or settings.data_dir()
-    if data_dir is None:
-        raise UsageError(f"the fidelity text '{source}' is read offline: set QUANTKIT_DATA_DIR to the data folder")
+        raise UsageError(f"unknown fidelity text source '{source}'; choices: {', '.join(SOURCES)}, "
+                         f"or {TASK_PREFIX}TASK (an evaluation task, e.g. {TASK_PREFIX}arc_easy)")
+    data_dir = _offline_dir(source, data_dir)
     path = Path(data_dir) / SOURCES[source][0]
     if not path.is_file():
         raise UsageError(f"{path} is missing from QUANTKIT_DATA_DIR={data_dir}; the '{source}' texts are read from it")
     return path
+
+
+def _offline_dir(source: str, data_dir: Path | None) -> Path:
+    data_dir = data_dir or settings.data_dir()
+    if data_dir is None:
+        raise UsageError(f"the fidelity text '{source}' is read offline: set QUANTKIT_DATA_DIR to the data folder")
+    return Path(data_dir)
+
+
+def _task_setup(name: str, data_dir: Path, config_dir: Path):
+    from ..evals import tasks as eval_tasks
+
+    specs = eval_tasks.resolve([name], num_fewshot=0)  # an unknown task: one line naming the known ones
+    if any(eval_tasks.registry()[spec.name].is_group for spec in specs) or len(specs) != 1:
+        raise UsageError(f"fidelity reads the prompts of one task, not the group or suite '{name}': name a task "
+                         f"such as {TASK_PREFIX}arc_easy")
+    return specs[0], eval_tasks.prepare_tasks(specs, data_dir, config_dir)
+
+
+def task_prompts(name: str, data_dir: Path | None = None, limit: int | None = None) -> list[str]:
+    """Task NAME's first `limit` evaluation documents as lm-eval renders them (zero-shot):
+    context + gold continuation, one text per document, in the task's document order."""
+    from ..evals import tasks as eval_tasks
+
+    source = TASK_PREFIX + name
+    with tempfile.TemporaryDirectory() as tmp:
+        spec, setup = _task_setup(name, _offline_dir(source, data_dir), Path(tmp))
+        task = eval_tasks.task_manager(setup).load([spec.name])["tasks"][spec.name]
+        task.set_config(key="num_fewshot", value=0)
+        task.build_all_requests(limit=limit, rank=0, world_size=1)
+    texts: dict[int, str] = {}
+    for inst in task.instances:
+        target = task.doc_to_target(inst.doc)
+        if task.OUTPUT_TYPE == "multiple_choice":
+            choices = task.doc_to_choice(inst.doc)
+            gold = target if isinstance(target, int) else choices.index(target) if target in choices else None
+            if isinstance(gold, list):  # several right answers: the first
+                gold = gold[0]
+            if inst.idx == gold:
+                context, continuation = inst.arguments
+                texts[inst.doc_id] = context + continuation
+        elif task.OUTPUT_TYPE == "generate_until":
+            texts[inst.doc_id] = inst.arguments[0] + task.config.target_delimiter + str(target)
+        else:  # loglikelihood(_rolling): the text is the argument
+            texts[inst.doc_id] = "".join(a for a in inst.arguments if isinstance(a, str))
+    return [texts[i] for i in sorted(texts)]
 
 
 def prefix_token(tokenizer) -> int | None:
@@ -84,9 +152,12 @@ def windows(texts: Iterable[str], tokenizer, source: str, length: int, *, limit:
         if not text.strip() or text in exclude:
             continue
         ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-        starts = range(0, len(ids) - length + 1, length)
-        for start in starts[:per_document]:
-            chunk = ids[start:start + length]
+        if is_task(source):  # a prompt: one window, its last `length` tokens (where the answer is)
+            spans = [(max(0, len(ids) - length), len(ids))] if len(ids) >= 2 else []
+        else:
+            spans = [(start, start + length) for start in range(0, len(ids) - length + 1, length)]
+        for start, end in spans[:per_document]:
+            chunk = ids[start:end]
             out.append(Window(source, f"{source}/{index}", start, ([prefix] if prefix is not None else []) + chunk))
             if limit is not None and len(out) >= limit:
                 return out

@@ -71,7 +71,9 @@ def plan_windows(settings: FidelitySettings, tokenizer, exclude: set[str]) -> li
     for i, source in enumerate(sources):
         share = n // len(sources) + (1 if i < n % len(sources) else 0)
         if share:
-            out += documents.windows(documents.load_texts(source), tokenizer, source, settings.window_len,
+            # a task's prompts are one window each: its first `share` documents are all it needs
+            texts = documents.load_texts(source, limit=share if documents.is_task(source) else None)
+            out += documents.windows(texts, tokenizer, source, settings.window_len,
                                      limit=share, per_document=settings.per_document,
                                      exclude=exclude if source == "c4" else frozenset())
     return out

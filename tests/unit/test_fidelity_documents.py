@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from quantkit.errors import UsageError
+from quantkit.errors import SetupError, UsageError
 from quantkit.fidelity import documents
 from quantkit.quantize.recipe import Calibration
 
@@ -55,3 +55,32 @@ def test_bad_sources_are_usage_errors(tmp_path, tokenizer):
         documents.load_texts("wikitext2", tmp_path)
     with pytest.raises(UsageError, match="at least 1 token"):
         documents.windows(["text"], tokenizer, "c4", 0)
+
+
+def test_a_tasks_prompts_are_lm_evals_contexts_with_the_gold_answer(data_dir, tokenizer):
+    import json
+
+    texts = documents.load_texts("task:arc_easy", data_dir, limit=3)
+    rows = [json.loads(line) for line in (data_dir / "arc_easy" / "test.jsonl").read_text().splitlines()[:3]]
+    assert len(texts) == 3
+    for text, row in zip(texts, rows):
+        gold = row["choices"]["text"][row["choices"]["label"].index(row["answerKey"])]
+        # arc's stock template (lm-eval's arc_easy.yaml), zero-shot, then the right choice
+        assert text == f"Question: {row['question']}\nAnswer: {gold}"
+    gsm = documents.load_texts("task:gsm8k", data_dir, limit=1)[0]
+    assert gsm.startswith("Question: ") and gsm.count("Question: ") == 1 and "\n#### " in gsm  # zero-shot
+    # a prompt is one window of its own length (the last `length` tokens where longer)
+    windows = documents.windows(texts, tokenizer, "task:arc_easy", 256)
+    ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    assert [w.token_ids[1:] for w in windows] == ids and all(w.start == 0 for w in windows)
+    cut = documents.windows(texts[:1], tokenizer, "task:arc_easy", 8)
+    assert cut[0].token_ids[1:] == ids[0][-8:] and cut[0].start == len(ids[0]) - 8
+
+
+def test_bad_task_sources_are_usage_errors(data_dir, tmp_path):
+    with pytest.raises(UsageError, match="unknown task 'nope'"):
+        documents.source_path("task:nope", data_dir)
+    with pytest.raises(UsageError, match="not the group or suite 'quick'"):
+        documents.source_path("task:quick", data_dir)
+    with pytest.raises(SetupError, match="arc_easy/train.jsonl for task 'arc_easy' is missing"):
+        documents.source_path("task:arc_easy", tmp_path)

@@ -12,6 +12,9 @@ from quantkit.cli import app
     (["--k", "30"], "bad --k: "),
     (["--min-top1", "2"], "bad --min-top1: "),
     (["--max-delta-nll", "-1"], "bad --max-delta-nll: "),
+    (["--sources", "wikitext2,pile"], "unknown fidelity text source 'pile'"),
+    (["--sources", "task:nope"], "unknown task 'nope'"),
+    (["--sources", " , "], "--sources names no text"),
 ])
 def test_the_command_refuses_bad_settings_in_one_line_before_reading_anything(tmp_path, args, says):
     result = CliRunner().invoke(app, ["fidelity", str(tmp_path / "v"), "--baseline", str(tmp_path / "b"), *args])
