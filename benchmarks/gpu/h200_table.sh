@@ -87,7 +87,7 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
   log "$name: start from $start req/s"
   timeout -s INT -k 60 $(( $(left) - 10 )) "${QK[@]}" bench "$dir" --url $URL --max-model-len $MAXLEN "$@" \
     --capacity --capacity-profile poisson --slo "$SLO" "${spans[@]}" --input-len $in --output-len $out \
-    --capacity-start "$start" --capacity-max "$(python3 -c "print(round($start * 1.3, 2))")" --tolerance 0.1 \
+    --capacity-start "$start" --capacity-max "$(python3 -c "print(round($start * ${HI_FACTOR-1.3}, 2))")" --tolerance 0.1 \
     --window-min "$wmin" --window-max "$wmax" --window-warmup "$wwarm" \
     --results-dir $Q/res/$name --json > $Q/res/$name.json 2> $Q/logs/$name.log
   log "$name: rc=$? $(grep -E '^(capacity|no capacity|bound)' $Q/logs/$name.log | tr '\n' ' ' | cut -c1-300)"
@@ -148,7 +148,7 @@ start)
        benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
   echo $(( $(date +%s) + $1 )) > $Q/deadline
   setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
-    SPANS4096="$SPANS4096" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="${CHECK_S-70}" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
+    SPANS4096="$SPANS4096" HI_FACTOR="${HI_FACTOR-1.3}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="${CHECK_S-70}" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
