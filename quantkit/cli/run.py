@@ -123,6 +123,8 @@ def compare(
     run_gates: bool = typer.Option(True, "--run-gates/--no-run-gates", help="Without --min-recovery, apply the gates the run itself used (stored with its evals)."),
     price: Optional[float] = number_option(numbers.Positive, "--price-per-hour", default=None, help="What the serving machine (e.g. one GPU) costs per hour: the SLO-tier table adds the cost per million output tokens (or QUANTKIT_PRICE_PER_HOUR)."),
     slo: Optional[str] = typer.Option(None, "--slo", help=f"Capacity under this SLO (or tier: {', '.join(TIERS)}), judged again from the stored ladders without measuring; says what to run where a ladder does not cover it."),
+    max_delta_nll: Optional[float] = typer.Option(None, "--max-delta-nll", help="Fidelity gate: ΔNLL's upper bound at most this, judged again on the stored fidelity intervals (0: off; default 0.05 once either fidelity gate is given)."),
+    min_top1: Optional[float] = typer.Option(None, "--min-top1", help="Fidelity gate: top-1 agreement's lower bound at least this, judged again on the stored fidelity intervals (0: off; default 0.85 once either is given)."),
     json: Json = False,
     quiet: Quiet = False,
 ) -> None:
@@ -140,13 +142,21 @@ def compare(
         lengths = parse_workload(workload) if workload else None
         wanted = resolve(slo)[1] if slo else None
         parse_gates(min_recovery or None, None, [])  # 0 turns the gate off, as it does on push
+        fidelity_gates = None
+        if max_delta_nll is not None or min_top1 is not None:  # the one not given keeps its default; 0: off
+            from ..errors import validation_as_usage_error
+            from ..fidelity.gate import FidelityGates
+
+            with validation_as_usage_error("fidelity gate", {"max_delta_nll": "--max-delta-nll", "min_top1": "--min-top1"}):
+                given = {"max_delta_nll": max_delta_nll, "min_top1": min_top1}
+                fidelity_gates = FidelityGates(**{k: v or None for k, v in given.items() if v is not None})
         if output is not None:
             output_folder(output, "--output")
         with Store() as store:
             result = do_compare(store, model=model, keys=keys or None, out_dir=output, workload=lengths,
                                 gates={"min_recovery": min_recovery}, bandwidth_gbs=bandwidth,
                                 accuracy_from=accuracy_from, slo=wanted, stored_gates=run_gates,
-                                price_per_hour=price)
+                                price_per_hour=price, fidelity_gates=fidelity_gates)
         decision = result["report"].decision
         return {"model": result["model"], "paths": {k: str(v) for k, v in result["paths"].items()},
                 "gates_passed": result["gates_passed"], "gate_verdict": result["gate_verdict"],

@@ -22,8 +22,9 @@ TITLE = "Fidelity to the baseline"
 # The figures in the table's order: (stored name, column header)
 COLUMNS = (("delta_nll", "ΔNLL (nats/token)"), ("top1_agreement", "top-1 agreement"),
            ("kl_lower", "KL lower bound"), ("kl_union", "KL on the top-k union"))
-CAPTION = ("each figure a per-token mean over the scored positions of the windows (wikitext2 test and c4 documents "
-           "calibration never read), the variant against the baseline on the same tokens, [95% interval] from a "
+CAPTION = ("each figure a per-token mean over the scored positions of the windows (of wikitext2 test pages and c4 "
+           "documents calibration never read unless the run named other sources, such as an evaluation task's "
+           "prompts with their gold answers), the variant against the baseline on the same tokens, [95% interval] from a "
            "paired bootstrap over documents. ΔNLL = the variant's minus the baseline's negative log-likelihood of "
            "the actual tokens (exact: > 0 when the variant finds the text less likely); top-1 agreement = share of "
            "positions whose most likely next token is the same (exact). KL(baseline || variant) from the top-k "

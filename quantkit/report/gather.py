@@ -245,12 +245,15 @@ def environment(variants: list[Variant]) -> dict[str, Any]:
 def compare(store: Store, *, model: str | None = None, keys: list[str] | None = None, out_dir: Path | None = None,
             gates: dict | None = None, bandwidth_gbs: float | None = None, title: str | None = None,
             workload: tuple | None = None, accuracy_from: str | None = None, slo: Slo | None = None,
-            stored_gates: bool = True, price_per_hour: float | None = None, about: str | None = None) -> dict[str, Any]:
+            stored_gates: bool = True, price_per_hour: float | None = None, about: str | None = None,
+            fidelity_gates: Any = None) -> dict[str, Any]:
     """The report of a model's stored results; `slo` (a measure.stats.slo.Slo) re-derives every capacity
     under it from the stored ladders (ladders.py) instead of showing the SLO they were measured under.
     Without `gates`, the gates the run itself used (stored with its evals) apply, unless `stored_gates`
     is False; the report says which applied. `about`: what the run that measured it was (its
-    recipe's name and description: the demo's recipe differs by CPU), the report's first note."""
+    recipe's name and description: the demo's recipe differs by CPU), the report's first note.
+    `fidelity_gates` (a fidelity.gate.FidelityGates) judges every stored fidelity result again on
+    its stored intervals, as `--slo` judges the ladders: nothing is served."""
     from .ladders import apply_slo
     from .tiers import tier_results
     from .proxy import borrow_accuracy
@@ -273,6 +276,8 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
         notes = notes + borrow_accuracy(store, model, accuracy_from, variants, gates)
     if slo is not None:
         notes = notes + apply_slo(store, by_variant, variants, slo)
+    if fidelity_gates is not None:
+        notes = notes + regate_fidelity(variants, fidelity_gates)
     recipe_hashes = sorted({s.recipe_hash for st in by_variant.values() for s in st.values() if s.recipe_hash})
     report = build_report(variants, title=title or f"quantkit report: {model}", environment=environment(variants),
                           recipe_hash=",".join(recipe_hashes) or None, bandwidth_gbs=bandwidth_gbs,
@@ -291,6 +296,29 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
             "gate_verdict": overall_verdict(list(gated.values())), "verdicts": gated, "gate_counts": counts,
             "variants": [{"name": v.name, "status": v.status, "error": v.error, "accuracy_from": v.accuracy_from}
                          for v in variants]}
+
+
+def regate_fidelity(variants: list, gates: Any) -> list[str]:
+    """Each stored fidelity result's verdicts decided again under `gates` from its stored
+    intervals (the figures do not depend on a gate); the note that says so."""
+    from ..evals.gates import overall_verdict
+    from ..fidelity.gate import gates_text as fidelity_gates_text, verdicts
+
+    judged = 0
+    for v in variants:
+        result = v.fidelity
+        if result is None or not result.figures:
+            continue
+        found = [x for x in verdicts(gates, {k: f for k, f in result.figures.items()})] if all(
+            name in result.figures for name in ("delta_nll", "top1_agreement")) else []
+        v.fidelity = result.model_copy(update={
+            "gates": gates, "verdicts": found,
+            "verdict": overall_verdict([x.verdict for x in found]) if found else None})
+        judged += 1
+    if not judged:
+        return [f"fidelity gates {fidelity_gates_text(gates) or 'off'} asked, but no variant has a stored fidelity result"]
+    return [f"fidelity gates: {fidelity_gates_text(gates) or 'none'} (given for this report, judged again on "
+            f"{judged} stored result(s)' intervals; nothing served)"]
 
 
 def report_dir(model: str) -> Path:

@@ -159,3 +159,34 @@ def test_a_passing_fidelity_gate_is_named_in_the_validation_and_a_card_without_o
         ev = gather_evidence(store, ckpt, None)
         card = build_card(store, ev, "org/gptq").text
     assert ev.validated and "Fidelity" not in card and "- fidelity:" not in card
+
+
+def test_compare_judges_the_stored_fidelity_intervals_again_under_other_gates(tmp_path):
+    """As --slo re-judges stored ladders: the figures stay, the verdicts follow the gates asked."""
+    from typer.testing import CliRunner
+
+    from quantkit.cli import app
+    from quantkit.report.gather import compare
+
+    _, home = world(tmp_path, STRADDLES)
+    with Store(home / "results.db") as store:
+        stored = compare(store, model=MODEL, out_dir=tmp_path / "r0")
+        looser = compare(store, model=MODEL, out_dir=tmp_path / "r1", fidelity_gates=FidelityGates(max_delta_nll=0.2))
+        off = compare(store, model=MODEL, out_dir=tmp_path / "r2",
+                      fidelity_gates=FidelityGates(max_delta_nll=None, min_top1=None))
+    row = {name: next(r for r in res["report"].rows if r.name == "gptq") for name, res in
+           (("stored", stored), ("looser", looser), ("off", off))}
+    assert row["stored"].fidelity.verdict == "inconclusive"  # ΔNLL's interval holds the default 0.05
+    assert row["looser"].fidelity.verdict == "pass" and row["looser"].fidelity.figures == row["stored"].fidelity.figures
+    assert row["off"].fidelity.verdict is None and not row["off"].fidelity.verdicts
+    assert any("fidelity gates: ΔNLL <= 0.2, top-1 agreement >= 0.85 (given for this report" in n
+               for n in looser["report"].notes)
+    cli = CliRunner().invoke(app, ["compare", "--model", MODEL, "-o", str(tmp_path / "r3"), "--max-delta-nll", "0.2",
+                                   "--json"], env={"QUANTKIT_HOME": str(home)})
+    assert cli.exit_code == 0, cli.output
+    assert json.loads(cli.output)["verdicts"]["gptq"] == "pass"  # the top-1 gate kept its default 0.85 and passed
+    no_top1 = CliRunner().invoke(app, ["compare", "--model", MODEL, "-o", str(tmp_path / "r4"), "--min-top1", "0",
+                                       "--json"], env={"QUANTKIT_HOME": str(home)})
+    assert json.loads(no_top1.output)["verdicts"]["gptq"] == "inconclusive"  # ΔNLL's default 0.05 still straddled
+    bad = CliRunner().invoke(app, ["compare", "--model", MODEL, "--min-top1", "2"], env={"QUANTKIT_HOME": str(home)})
+    assert bad.exit_code == 2 and "bad --min-top1" in bad.output
