@@ -21,12 +21,30 @@ VLLM_PY=$VLLM_SITE/bin/python  # QUANTKIT_VLLM: the image's python3 with $VLLM_S
 bundle_ready() { [ -f "$BUNDLE/env.sh" ]; }
 
 log() { echo "$(date +%T) $*"; }
+
+stash_common() {  # stash_common DIR: what a call carried, put where the drivers read it; 1 if DIR is not one of these
+  case $1 in
+    .gpu/bundle/*) bash "$1/install.sh" ;;  # one chunk of the offline bundle; the last installs
+    .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
+    .gpu/data) rm -rf $Q/data.tmp && cp -r .gpu/data $Q/data.tmp && mv $Q/data.tmp $Q/data && echo "data ready" ;;
+    *) return 1 ;;
+  esac
+}
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
 
 wait_done() {  # wait_done SECONDS: until the background work is all done or SECONDS have passed
   local end=$(( $(date +%s) + ${1:-60} ))
   while [ "$(date +%s)" -lt $end ] && [ ! -f $Q/all.done ]; do sleep 5; done
   echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
+}
+
+ladders_out() {  # the end of a ladder driver's `wait` call: its progress, the store and the small files to $OUT
+  [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 14 $Q/logs/orchestrate.log; }
+  for f in $Q/logs/cap-*.log; do
+    [ -f "$f" ] && { echo "[$(basename $f)]"; grep -E 'offered:|ready in|^capacity|^no capacity|error' "$f" | tail -n 8 | cut -c1-300; }
+  done
+  store_out
+  pack_out 3 tmp/qk/res tmp/qk/logs tmp/qkhome/logs
 }
 
 store_out() {  # the GPU's state now, and a consistent copy of the store (SQLite's backup, safe beside a writer)

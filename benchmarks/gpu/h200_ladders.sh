@@ -98,12 +98,7 @@ orchestrate)
   ;;
 wait)
   wait_done "${1:-60}"
-  [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 12 $Q/logs/orchestrate.log; }
-  for f in $Q/logs/cap-*.log; do
-    [ -f "$f" ] && { echo "[$(basename $f)]"; grep -E 'offered:|ready in|^capacity|^no capacity|error' "$f" | tail -n 10 | cut -c1-300; }
-  done
-  store_out
-  pack_out 3 tmp/qk/res tmp/qk/logs tmp/qkhome/logs
+  ladders_out
   ;;
 *) echo "usage: h200_ladders.sh start EPOCH | wait SECONDS   (stash: h200_steady.sh)" >&2; exit 2 ;;
 esac

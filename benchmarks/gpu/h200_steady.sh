@@ -39,12 +39,7 @@ SERVE_EXTRA=${SERVE_EXTRA-}  # more steady_agreement.py options for every varian
 cmd=${1:-}; shift || true
 case $cmd in
 stash)
-  for d in "$@"; do
-    case $d in
-      .gpu/bundle/*) bash "$d/install.sh" ;;  # one chunk of the offline bundle; the last installs
-      .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
-    esac
-  done
+  for d in "$@"; do stash_common "$d" || echo "stash: $d is not something this driver reads" >&2; done
   ;;
 start)
   # quantkit and the script copied out of the checkout: a later call's transfer replaces the checkout

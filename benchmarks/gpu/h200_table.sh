@@ -30,7 +30,7 @@
 # (methods converted first, side by side), CALIB ("--num-samples N --seq-len L" for the calibrated
 # ones), WINDOW ("MIN,MAX,WARMUP" s of a point), SLO, SPANS512, SPANS4096.
 set -uo pipefail
-. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, wait_done, store_out, pack_out
+. "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
 export QUANTKIT_VLLM=${QUANTKIT_VLLM-$VLLM_PY}
 W8=${W8-/tmp/w8b/llama8b-random}
@@ -133,13 +133,7 @@ warm_up() {  # the 2-layer model served once: compilation caches for the first r
 cmd=${1:-}; shift || true
 case $cmd in
 stash)
-  for d in "$@"; do
-    case $d in
-      .gpu/bundle/*) bash "$d/install.sh" ;;  # one chunk of the offline bundle; the last installs
-      .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
-      .gpu/data) rm -rf $Q/data.tmp && cp -r .gpu/data $Q/data.tmp && mv $Q/data.tmp $Q/data && echo "data ready" ;;
-    esac
-  done
+  for d in "$@"; do stash_common "$d" || echo "stash: $d is not something this driver reads" >&2; done
   ;;
 start)
   # quantkit and the scripts copied out of the checkout: a later call's transfer replaces the checkout
@@ -193,12 +187,7 @@ orchestrate)
   ;;
 wait)
   wait_done "${1:-60}"
-  [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 14 $Q/logs/orchestrate.log; }
-  for f in $Q/logs/cap-*.log; do
-    [ -f "$f" ] && { echo "[$(basename $f)]"; grep -E 'offered:|^capacity|^no capacity|error' "$f" | tail -n 6 | cut -c1-250; }
-  done
-  store_out
-  pack_out 3 tmp/qk/res tmp/qk/logs tmp/qkhome/logs
+  ladders_out
   ;;
 *) echo "usage: h200_table.sh stash DIR... | start SECONDS | wait SECONDS" >&2; exit 2 ;;
 esac

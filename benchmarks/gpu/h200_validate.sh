@@ -133,9 +133,8 @@ cmd=${1:-}; shift || true
 case $cmd in
 stash)
   for d in "$@"; do
+    stash_common "$d" && continue
     case $d in
-      .gpu/bundle/*) bash "$d/install.sh" ;;  # one chunk of the offline bundle; the last installs
-      .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
       .gpu/extra)
         rm -rf $Q/data && cp -r .gpu/extra/data $Q/data
         python3 -m pip install -q --no-index --no-deps --target $Q/site-extra .gpu/extra/wheels/*.whl && echo "data, extra wheels ready" ;;
