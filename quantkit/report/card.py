@@ -36,7 +36,8 @@ from .build import Point, Row, TaskScore, Variant, points_of, row_of, top_point
 from .card_capacity import capacity_lines
 from .fidelity import CAPTION as FIDELITY_CAPTION, TITLE as FIDELITY_TITLE, fidelity_table
 from .gather import Evidence, variant_of
-from .render import Md, fmt, fmt_bytes, fmt_ci, fmt_ms, fmt_pm, fmt_str, markdown_table, md_code, md_escape, md_fence
+from .render import Md, fmt, fmt_bytes, fmt_ms, fmt_pm, markdown_table, md_code, md_escape, md_fence
+from .text import fmt_ci, fmt_str
 
 # The card's provenance line starts so: a README.md holding it is a card quantkit wrote (hub.card
 # replaces one without --force)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from ..fidelity.gate import FidelityGates, FidelityVerdict, gates_text
 from ..fidelity.result import Figure
+from .text import fmt_ci, fmt_str
 
 TITLE = "Fidelity to the baseline"
 # The figures in the table's order: (stored name, column header)
@@ -66,8 +67,6 @@ def fidelity_cell(result: Any) -> FidelityCell | None:
 
 
 def _figure(cell: FidelityCell, name: str, missing: str) -> str:
-    from .render import fmt_ci
-
     f = cell.figures.get(name)
     return fmt_ci(f.value, f.low, f.high, missing=missing) if f is not None else missing
 
@@ -85,8 +84,6 @@ def gate_text(cell: FidelityCell, missing: str) -> str:
 
 def fidelity_table(rows: list[Any], missing: str) -> tuple[str, list[str], list[list[str]], str] | None:
     """(title, header, rows, caption) of the variants that have fidelity figures; None when none has."""
-    from .render import fmt_str
-
     out = []
     for r in rows:
         cell = r.fidelity

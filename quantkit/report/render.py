@@ -20,8 +20,8 @@ from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
 from .decision import CapacityCell, Decision, from_proxy
 from .fidelity import fidelity_table
 from .tiers import tier_lines, tier_table
+from .text import DASH, fmt_ci, fmt_str
 
-DASH = "—"
 
 # ----------------------------------------------------------------------------------------------
 # Formatting (shared by Markdown, HTML and the model card, report/card.py: the same strings in all
@@ -47,15 +47,6 @@ def fmt_pm(value: float | None, stderr: float | None, digits: int = 4, missing: 
     return text + (f" ± {stderr:.{digits}f}" if stderr is not None else "")
 
 
-def fmt_ci(value: float | None, low: float | None, high: float | None, digits: int = 4,
-           missing: str = DASH) -> str:
-    """`0.8900 [0.8612, 0.9188]`: a value and its 95% interval (value alone when there is none)."""
-    if value is None:
-        return missing
-    text = f"{value:.{digits}f}"
-    return text + (f" [{low:.{digits}f}, {high:.{digits}f}]" if low is not None and high is not None else "")
-
-
 def fmt_bytes(n: int | None, missing: str = DASH) -> str:
     if n is None:
         return missing
@@ -70,11 +61,6 @@ def fmt_ms(seconds: tuple[float | None, ...], missing: str = DASH) -> str:
     if all(x is None for x in seconds):
         return missing
     return " / ".join(fmt(x * 1000 if x is not None else None, missing=missing) for x in seconds)
-
-
-def fmt_str(value: Any, missing: str = DASH) -> str:
-    """A count, name or version as it is stored; `missing` for None."""
-    return missing if value is None else str(value)
 
 
 def _tok_s(p: Point | None, kind: str | None = None) -> str:
