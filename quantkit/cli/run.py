@@ -146,8 +146,9 @@ def compare(
         if max_delta_nll is not None or min_top1 is not None:  # the one not given keeps its default; 0: off
             from ..errors import validation_as_usage_error
             from ..fidelity.gate import FidelityGates
+            from .fidelity import GATE_OPTION_OF_FIELD  # the same options as `quantkit fidelity`'s
 
-            with validation_as_usage_error("fidelity gate", {"max_delta_nll": "--max-delta-nll", "min_top1": "--min-top1"}):
+            with validation_as_usage_error("fidelity gate", GATE_OPTION_OF_FIELD):
                 given = {"max_delta_nll": max_delta_nll, "min_top1": min_top1}
                 fidelity_gates = FidelityGates(**{k: v or None for k, v in given.items() if v is not None})
         if output is not None:

@@ -75,9 +75,10 @@ def source_path(source: str, data_dir: Path | None = None) -> Path:
     (a run recipe checks it before any work: pipeline/checks.py). A task source: the folder of
     its generated task config, once its data files were found."""
     if is_task(source):
+        folder = _offline_dir(source, data_dir)
         with tempfile.TemporaryDirectory() as tmp:
-            _task_setup(source.removeprefix(TASK_PREFIX), _offline_dir(source, data_dir), Path(tmp))
-        return _offline_dir(source, data_dir)
+            _task_setup(source.removeprefix(TASK_PREFIX), folder, Path(tmp))
+        return folder
     if source not in SOURCES:
         raise UsageError(f"unknown fidelity text source '{source}'; choices: {', '.join(SOURCES)}, "
                          f"or {TASK_PREFIX}TASK (an evaluation task, e.g. {TASK_PREFIX}arc_easy)")
@@ -120,10 +121,10 @@ def task_prompts(name: str, data_dir: Path | None = None, limit: int | None = No
     for inst in task.instances:
         target = task.doc_to_target(inst.doc)
         if task.OUTPUT_TYPE == "multiple_choice":
+            if isinstance(target, list):  # several right answers: the first
+                target = target[0]
             choices = task.doc_to_choice(inst.doc)
             gold = target if isinstance(target, int) else choices.index(target) if target in choices else None
-            if isinstance(gold, list):  # several right answers: the first
-                gold = gold[0]
             if inst.idx == gold:
                 context, continuation = inst.arguments
                 texts[inst.doc_id] = context + continuation

@@ -30,7 +30,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 from ..errors import GateFailed, GateInconclusive
-from ..evals.gates import Verdict
+from ..evals.gates import Verdict, overall_verdict
 from ..evals.paired import Estimate
 
 DEFAULT_MAX_DELTA_NLL = 0.05
@@ -93,6 +93,13 @@ def verdict(gate: str, threshold: float, estimate: Estimate) -> FidelityVerdict:
 def verdicts(gates: FidelityGates, figures: dict[str, Estimate]) -> list[FidelityVerdict]:
     return [verdict(gate, threshold, figures[GATE_FIGURES[gate][0]])
             for gate, threshold in gates.model_dump().items() if threshold is not None]
+
+
+def decide(gates: FidelityGates | None, figures: dict[str, Estimate]) -> tuple[list[FidelityVerdict], Verdict | None]:
+    """Each gate's verdict on its figure's interval and the one over them all (None: no gate): a
+    result summarized now (run.py) and a stored one judged again under other gates (report)."""
+    checked = verdicts(gates, figures) if gates is not None else []
+    return checked, overall_verdict([v.verdict for v in checked])
 
 
 def failure_message(results: list[FidelityVerdict]) -> str | None:

@@ -25,7 +25,6 @@ from ..settings import data_dir
 from ..checkpoint import ConvertRecord, describe, fingerprint
 from ..console import info, step
 from ..errors import UsageError
-from ..evals.gates import overall_verdict
 from ..evals.paired import CONFIDENCE
 from ..models import local_folder
 from ..serve.config import ServeConfig
@@ -34,7 +33,7 @@ from . import documents
 from .client import DEFAULT_CONCURRENCY, WindowLogprobs, check_k, prompt_logprobs
 from .compare import window_sums
 from .documents import Window
-from .gate import FidelityGates, verdicts
+from .gate import FidelityGates, decide
 from .intervals import DocumentSums, by_document, summarize
 from .result import FidelityResult, FidelitySettings, Figure, sums_of_point, window_id, window_point
 
@@ -100,12 +99,12 @@ def summary(plan: Sequence[Window], sums: dict[str, DocumentSums], gates: Fideli
     """The figures of the plan's windows with their intervals, and the gates' verdicts."""
     chosen = [sums[window_id(w)] for w in plan]
     figures = summarize(chosen)
-    checked = verdicts(gates, figures) if gates is not None else []
+    checked, overall = decide(gates, figures)
     return FidelityResult(
         windows=len(chosen), documents=len(by_document(chosen)), tokens=sum(s.positions for s in chosen),
         confidence=CONFIDENCE, method=next(iter(figures.values())).method,
         figures={name: Figure(value=e.value, stderr=e.stderr, low=e.low, high=e.high) for name, e in figures.items()},
-        gates=gates, verdicts=checked, verdict=overall_verdict([v.verdict for v in checked]), **fields)
+        gates=gates, verdicts=checked, verdict=overall, **fields)
 
 
 @contextlib.contextmanager

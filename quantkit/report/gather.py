@@ -301,19 +301,17 @@ def compare(store: Store, *, model: str | None = None, keys: list[str] | None = 
 def regate_fidelity(variants: list, gates: Any) -> list[str]:
     """Each stored fidelity result's verdicts decided again under `gates` from its stored
     intervals (the figures do not depend on a gate); the note that says so."""
-    from ..evals.gates import overall_verdict
-    from ..fidelity.gate import gates_text as fidelity_gates_text, verdicts
+    from ..fidelity.gate import GATE_FIGURES, decide, gates_text as fidelity_gates_text
 
     judged = 0
     for v in variants:
         result = v.fidelity
         if result is None or not result.figures:
             continue
-        found = [x for x in verdicts(gates, {k: f for k, f in result.figures.items()})] if all(
-            name in result.figures for name in ("delta_nll", "top1_agreement")) else []
-        v.fidelity = result.model_copy(update={
-            "gates": gates, "verdicts": found,
-            "verdict": overall_verdict([x.verdict for x in found]) if found else None})
+        # a record read tolerantly may lack a gated figure: no verdict then, rather than a guess
+        complete = all(figure in result.figures for figure, _ in GATE_FIGURES.values())
+        found, overall = decide(gates, result.figures) if complete else ([], None)
+        v.fidelity = result.model_copy(update={"gates": gates, "verdicts": found, "verdict": overall})
         judged += 1
     if not judged:
         return [f"fidelity gates {fidelity_gates_text(gates) or 'off'} asked, but no variant has a stored fidelity result"]
