@@ -205,6 +205,8 @@ def vllm_point(server, model_dir: Path, slo: Slo, rate: float, span_s: float, ar
         saturated, _ = saturation(in_flight_series([r.start_s for r in measured], ends, t0, t1),
                                   len(measured), t1 - t0)
     keep[f"vllm-{rate:g}"] = samples.encode(results, {r.index for r in measured}, args.warmup)
+    margin = margins(slo, ttft, tpot)
+    binding = margin.get("binding")  # None: a bound without a figure, which meets nothing
     own = {k: data.get(k) for k in ("duration", "completed", "failed", "request_throughput", "output_throughput",
                                     "p50_ttft_ms", "p95_ttft_ms", "p50_tpot_ms", "p95_tpot_ms", "p95_itl_ms",
                                     "p99_itl_ms", "max_concurrent_requests")}
@@ -219,9 +221,8 @@ def vllm_point(server, model_dir: Path, slo: Slo, rate: float, span_s: float, ar
         "n": len(good), "failures": sum(1 for r in results if not r.ok), "dropped_warmup": len(results) - len(measured),
         "send_times": have_times, "span_s": (results[-1].start_s if have_times else None),
         "mean_prompt_tokens": (sum(ins) / len(ins)) if ins else None,
-        "margins": margins(slo, ttft, tpot), "vllm_own": own, "saturated": saturated,
-        "verdict": ("saturated" if saturated else "pass" if (margins(slo, ttft, tpot).get("binding") or 9) <= 1
-                    else "fail"),
+        "margins": margin, "vllm_own": own, "saturated": saturated,
+        "verdict": "saturated" if saturated else "pass" if binding is not None and binding <= 1 else "fail",
         "_results": results,  # for the same-span figures below; not written
     }
 
@@ -370,6 +371,9 @@ def main() -> None:
     ap.add_argument("--deadline", type=float, default=None, help="epoch s: skip a rate that cannot finish by then")
     ap.add_argument("--seed", type=int, default=1000)
     args = ap.parse_args()
+    clients = {c.strip() for c in args.clients.split(",") if c.strip()}
+    if not clients or clients - {"quantkit", "vllm"}:  # before a server is started for nothing
+        sys.exit(f"error: --clients {args.clients!r}: name quantkit, vllm or both")
     model_dir = Path(args.model_dir).expanduser().absolute() if args.model_dir else models.resolve("smollm2-135m").path
     slo = parse_slo(args.slo)
     rates = [float(x) for x in args.rates.split(",") if x.strip()]
@@ -408,11 +412,7 @@ def main() -> None:
                                                     "quant_lines", "weights_gib", "remote") if k in info}
         log(f"{args.label}: server ready ({info.get('startup_s')} s); KV cache {info.get('kv_cache_tokens')} tokens")
         write(run, args.json, keep, args.samples)
-        order = ["quantkit", "vllm"] if args.first == "quantkit" else ["vllm", "quantkit"]
-        clients = {c.strip() for c in args.clients.split(",") if c.strip()}
-        if not clients or clients - {"quantkit", "vllm"}:
-            sys.exit(f"error: --clients {args.clients!r}: name quantkit, vllm or both")
-        order = [c for c in order if c in clients]
+        order = [c for c in (["quantkit", "vllm"] if args.first == "quantkit" else ["vllm", "quantkit"]) if c in clients]
         for i, rate in enumerate(rates):
             w = profiles.stretched(window, needed, rate)
             span = w.warmup_s + w.max_s

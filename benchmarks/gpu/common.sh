@@ -38,6 +38,10 @@ wait_done() {  # wait_done SECONDS: until the background work is all done or SEC
   echo "--- $(date +%T), $( [ -f $Q/deadline ] && left) s to the deadline"
 }
 
+stash_all() {  # stash_all DIR...: a driver's `stash` command, for drivers that read only what stash_common puts
+  local d; for d in "$@"; do stash_common "$d" || echo "stash: $d is not something this driver reads" >&2; done
+}
+
 ladders_out() {  # the end of a ladder driver's `wait` call: its progress, the store and the small files to $OUT
   [ -f $Q/logs/orchestrate.log ] && { echo "[orchestrate]"; tail -n 14 $Q/logs/orchestrate.log; }
   for f in $Q/logs/cap-*.log; do

@@ -39,7 +39,7 @@ SERVE_EXTRA=${SERVE_EXTRA-}  # more steady_agreement.py options for every varian
 cmd=${1:-}; shift || true
 case $cmd in
 stash)
-  for d in "$@"; do stash_common "$d" || echo "stash: $d is not something this driver reads" >&2; done
+  stash_all "$@"
   ;;
 start)
   # quantkit and the script copied out of the checkout: a later call's transfer replaces the checkout

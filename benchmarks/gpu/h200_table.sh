@@ -50,6 +50,8 @@ SPANS4096=${SPANS4096-mlperf-server}
 MAXLEN=${MAXLEN-8192}
 SHORT=${SHORT-512/256}  # IN/OUT tokens of L512 and C512 (a smoke test on the CPU: smaller)
 LONG=${LONG-4096/512}   # ... of L4096
+HI_FACTOR=${HI_FACTOR-1.3}  # a ladder's top load: its start times this
+CHECK_S=${CHECK_S-70}      # seconds of arrivals of a vLLM-client check point, its first 10 dropped
 EXTRA=${EXTRA-}  # more serve flags for every server (e.g. --enforce-eager on the CPU)
 
 
@@ -87,22 +89,19 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
   log "$name: start from $start req/s"
   timeout -s INT -k 60 $(( $(left) - 10 )) "${QK[@]}" bench "$dir" --url $URL --max-model-len $MAXLEN "$@" \
     --capacity --capacity-profile poisson --slo "$SLO" "${spans[@]}" --input-len $in --output-len $out \
-    --capacity-start "$start" --capacity-max "$(python3 -c "print(round($start * ${HI_FACTOR-1.3}, 2))")" --tolerance 0.1 \
+    --capacity-start "$start" --capacity-max "$(python3 -c "print(round($start * $HI_FACTOR, 2))")" --tolerance 0.1 \
     --window-min "$wmin" --window-max "$wmax" --window-warmup "$wwarm" \
     --results-dir $Q/res/$name --json > $Q/res/$name.json 2> $Q/logs/$name.log
   log "$name: rc=$? $(grep -E '^(capacity|no capacity|bound)' $Q/logs/$name.log | tr '\n' ' ' | cut -c1-300)"
 }
 
 bracket() {  # bracket FILE: "PASS,FAIL", the loads around the recipe SLO's capacity in a ladder's JSON
+  # (its search's capacity and ceiling: the points list holds the spanned tiers' loads too)
   python3 - "$1" <<'EOF'
 import json, sys
-d = json.load(open(sys.argv[1]))
-d = d.get("result", d) if isinstance(d, dict) else d
-pts = [(p["rate"], bool(p.get("slo_met"))) for p in d.get("points", []) if p.get("rate")]
-ok = [r for r, m in pts if m]
-bad = [r for r, m in pts if not m and (not ok or r > max(ok))]
-if ok and bad:
-    print(f"{max(ok):g},{min(bad):g}")
+search = json.load(open(sys.argv[1])).get("search") or {}
+if search.get("capacity") and search.get("ceiling"):
+    print(f"{search['capacity']:g},{search['ceiling']:g}")
 EOF
 }
 
@@ -113,7 +112,7 @@ check() {  # check LABEL DIR: vLLM's client at the two loads that bracket quantk
   [ "$(left)" -gt 200 ] || { log "check-$label: skipped, $(left) s left"; return; }
   log "check-$label: vllm bench serve at $rates req/s"
   timeout -s INT -k 30 $(( $(left) - 10 )) "${QK_ENV[@]}" python3 -P $QK_SITE/steady_agreement.py "$dir" --url $URL \
-    --clients vllm --rates "$rates" --slo "$SLO" --input-len ${SHORT%/*} --output-len ${SHORT#*/} --duration ${CHECK_S-70} --warmup 10 \
+    --clients vllm --rates "$rates" --slo "$SLO" --input-len ${SHORT%/*} --output-len ${SHORT#*/} --duration $CHECK_S --warmup 10 \
     --label $label --deadline $(( $(cat $Q/deadline) - 10 )) --json $Q/res/check-$label.json \
     --samples $Q/res/check-$label-samples.json --results-dir $Q/res/check-$label > $Q/logs/check-$label.log 2>&1
   log "check-$label: rc=$? $(grep -E 'vllm: achieved' $Q/logs/check-$label.log | tr '\n' ' ' | cut -c1-300)"
@@ -133,7 +132,7 @@ warm_up() {  # the 2-layer model served once: compilation caches for the first r
 cmd=${1:-}; shift || true
 case $cmd in
 stash)
-  for d in "$@"; do stash_common "$d" || echo "stash: $d is not something this driver reads" >&2; done
+  stash_all "$@"
   ;;
 start)
   # quantkit and the scripts copied out of the checkout: a later call's transfer replaces the checkout
@@ -142,7 +141,7 @@ start)
        benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
   echo $(( $(date +%s) + $1 )) > $Q/deadline
   setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
-    SPANS4096="$SPANS4096" HI_FACTOR="${HI_FACTOR-1.3}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="${CHECK_S-70}" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
+    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
