@@ -10,7 +10,7 @@ import pytest
 
 from quantkit.measure.capacity import profiles
 from quantkit.measure.capacity.live import CapacitySettings
-from quantkit.measure.stats.confidence import batch_bounds, judge, requests_to_pass, share_bounds
+from quantkit.measure.stats.confidence import batch_means, judge, requests_to_pass, share_bounds
 from quantkit.measure.stats.point import RequestResult
 from quantkit.measure.stats.samples import decode, encode
 from quantkit.measure.capacity.search import Verdict, search_capacity
@@ -54,9 +54,13 @@ def test_runs_of_exceedances_widen_the_interval_beyond_the_binomial():
     # 4% over in one run (a queue excursion) vs 4% spread evenly: the batches see the run
     clustered = [i >= 192 for i in range(200)]
     spread = [i % 25 == 0 for i in range(200)]
-    assert batch_bounds(clustered, 0.95)[1] > batch_bounds(spread, 0.95)[1]
-    assert batch_bounds(clustered, 0.95)[1] > share_bounds(8, 200, 0.95)[1]
-    assert batch_bounds([False] * 40, 0.95) is None  # too few to cut into batches
+    def upper(over: list[bool]) -> float:
+        share, half = batch_means(over, 0.95)
+        return share + half
+
+    assert upper(clustered) > upper(spread)
+    assert upper(clustered) > share_bounds(8, 200, 0.95)[1]
+    assert batch_means([False] * 40, 0.95) is None  # too few to cut into batches
 
 
 def test_attainment_and_mean_bounds():

@@ -82,15 +82,6 @@ def batch_means(over: list[bool], confidence: float) -> tuple[float, float] | No
     return mean, float(student.ppf(confidence, k - 1)) * sd / math.sqrt(k)
 
 
-def batch_bounds(over: list[bool], confidence: float) -> tuple[float, float] | None:
-    """Bounds (lower, upper) on the share over a limit from `batch_means`."""
-    found = batch_means(over, confidence)
-    if found is None:
-        return None
-    mean, half = found
-    return max(0.0, mean - half), min(1.0, mean + half)
-
-
 class TermVerdict(BaseModel):
     key: str  # ttft_p95, attainment, ...
     decision: Decision
