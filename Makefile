@@ -22,7 +22,7 @@ demo: setup
 # The backend tests need environments of their own (minutes each): `make test-backends` runs them.
 PYTEST_ARGS ?=
 test: check-docs
-	.venv/bin/python -m pytest -ra --durations=30 -m "not slow" tests --ignore=tests/integration/test_backends.py $(PYTEST_ARGS)
+	.venv/bin/python -m pytest -ra --durations=60 -m "not slow" tests --ignore=tests/integration/test_backends.py $(PYTEST_ARGS)
 
 test-slow: setup
 	.venv/bin/python -m pytest -ra --durations=30 -m slow tests --ignore=tests/integration/test_backends.py $(PYTEST_ARGS)

@@ -176,6 +176,7 @@ def test_w4a8_fp8_is_refused_on_a_cpu_before_vllm_starts(smollm2_dir, tmp_path):
     assert "starting vLLM" not in out.stderr
 
 
+@pytest.mark.slow  # test_pipeline's bad-rope lane: the same start failure, vLLM's reason in the run's last line
 def test_a_config_vllm_rejects_is_one_line_with_vllms_reason(smollm2_dir, tmp_path):
     """A fault only vLLM finds (here an unknown RoPE type) fails the start with vLLM's own words."""
     bad = _copy_with_config(smollm2_dir, tmp_path / "bad-rope", rope_scaling={"rope_type": "nosuchrope", "factor": 2.0})
