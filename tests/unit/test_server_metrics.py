@@ -85,6 +85,7 @@ def test_summary_of_a_series_has_means_maxima_and_deltas():
     assert summary.waiting.max == 10 and summary.kv_usage.max == pytest.approx(0.3)
     assert summary.deltas["prompt_tokens"] == 1000 and summary.deltas["generation_tokens"] == 160
     assert summary.steps == 115 and summary.tokens_per_step == pytest.approx(1160 / 115)
+    assert summary.step_s == pytest.approx(3.0 / 115)  # wall seconds per engine step over the point
     assert summary.steps_by_tokens == {"8.0": 100, "64.0": 15}  # non-cumulative, empty buckets left out
     assert summary.kv_cache_tokens == 46592 and summary.block_size == 128
     assert set(summary.missing) >= {"preemptions", "prefix_cache_hits"}
@@ -124,9 +125,11 @@ class FakeNvml(types.ModuleType):
     class NVMLError(Exception):
         pass
 
+    NVML_CLOCK_SM = 1
+
     def __init__(self, fail_init=False):
         super().__init__("pynvml")
-        self.fail_init, self.shutdowns, self.tick = fail_init, 0, 0
+        self.fail_init, self.shutdowns, self.tick, self.clocks = fail_init, 0, 0, 0
 
     def nvmlInit(self):
         if self.fail_init:
@@ -154,6 +157,17 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetMemoryInfo(self, h):
         return types.SimpleNamespace(used=70 * 2**30, total=141 * 2**30)
 
+    def nvmlDeviceGetClockInfo(self, h, kind):
+        assert kind == self.NVML_CLOCK_SM
+        if h == "h1":
+            raise self.NVMLError("Not Supported")
+        self.clocks += 1
+        return 1500 + 300 * (self.clocks % 2)  # 1800, 1500, 1800, 1500 MHz
+
+    def nvmlDeviceGetMaxClockInfo(self, h, kind):
+        assert kind == self.NVML_CLOCK_SM
+        return 1980
+
     def nvmlDeviceGetPowerUsage(self, h):
         if h == "h1":
             raise self.NVMLError("Not Supported")
@@ -173,6 +187,8 @@ def test_gpu_sampling_with_a_fake_nvml(monkeypatch):
     assert g0.name == "NVIDIA H200" and g0.samples == 4 and g0.memory_used_max_gib == pytest.approx(70)
     assert g0.util_max == 60 and 50 <= g0.util_mean <= 60 and g0.power_mean_w == pytest.approx(400)
     assert g1.power_mean_w is None  # a board that does not report power leaves it out
+    assert (g0.sm_clock_mean_mhz, g0.sm_clock_min_mhz, g0.sm_clock_limit_mhz) == (1650, 1500, 1980)
+    assert g1.sm_clock_mean_mhz is None and g1.sm_clock_min_mhz is None  # nor one without the SM clock
     assert g0.memory_total_gib == pytest.approx(141)
     reader.close()
     assert fake.shutdowns == 1

@@ -31,7 +31,9 @@ they finish); readers (compare, card, push) read the store. Schema version 1:
                     generator's own workers, CPU, CPU per token, event-loop and send lag, attempts),
                     client_limited, client_limited_reason, usage_mismatch, usage_mismatch_reason
                     (the server's usage disagreed with the text received: tokens.py),
-                    started_busy, started_busy_reason (the server was not idle at the start: drain.py)
+                    started_busy, started_busy_reason (the server was not idle at the start: drain.py),
+                    server_metrics (vLLM's /metrics), gpus (NVML), host (the CPU of the server's
+                    processes and quantkit's: observe/host.py)
     knee            KneeResult (only for --sweep) or null
     complete        false until every planned point finished
     error           why the run stopped early, or null
@@ -62,6 +64,7 @@ from ..loadgen.drain import before_point
 from ..loadgen.generator import Target, run_point, warmup
 from ..loadgen.workload import PromptSource
 from ..observe.gpu import open_gpus
+from ..observe.host import open_host
 from ..observe.metrics import PointMonitor
 from ..stats.point import BenchPoint
 from ..stats.slo import Slo
@@ -164,14 +167,15 @@ def check_loads(concurrency: list[int] | None, rate: list[float] | None, sweep: 
 
 def measure_point(server: Server, target: Target, prompts: list, output_len: int, *, slo: Slo | None = None,
                   concurrency: int | None = None, rate: float | None = None, seed: int = 0,
-                  input_len: int | None = None, interval_s: float = 1.0, gpus: Any = None,
+                  input_len: int | None = None, interval_s: float = 1.0, gpus: Any = None, host: Any = None,
                   stop_factory: Callable[[PointMonitor], Callable] | None = None,
                   workers: int | None = None, window: Any = None, ramp_s: float = 0.0) -> BenchPoint:
-    """One load point with the server's /metrics (and the GPUs, `gpus`) sampled through it and
-    stored with the point; `stop_factory(monitor)` may give the point a `stop_when`. The point starts
-    once the server has finished earlier points' requests (drain.py), or is flagged."""
+    """One load point with the server's /metrics (and the GPUs, `gpus`; the CPU of the server's
+    processes and quantkit's, `host`) sampled through it and stored with the point;
+    `stop_factory(monitor)` may give the point a `stop_when`. The point starts once the server has
+    finished earlier points' requests (drain.py), or is flagged."""
     drained = before_point(server.url, headers=headers(target.api_key))
-    monitor = PointMonitor(server.url, interval_s, gpus=gpus)
+    monitor = PointMonitor(server.url, interval_s, gpus=gpus, host=host)
     with monitor:
         point = run_point(target, prompts, output_len, concurrency=concurrency, rate=rate, seed=seed, slo=slo,
                           alive=server.alive, input_len=input_len, workers=workers,
@@ -180,6 +184,7 @@ def measure_point(server: Server, target: Target, prompts: list, output_len: int
     summary = monitor.summary()
     point.server_metrics = summary.model_dump(mode="json") if summary else None
     point.gpus = monitor.gpu_summary()
+    point.host = monitor.host_summary()
     return point
 
 
@@ -227,6 +232,7 @@ def run_bench(
             raise BackendError(f"{run.error} (server {server.url})")
     index = itertools.count()
     gpus = None if server.info is None or server.info.remote else open_gpus()
+    host = open_host(server)
 
     def measure(c: int | None = None, r: float | None = None) -> BenchPoint:
         n = num_prompts or default_num_prompts(c, r)
@@ -235,7 +241,7 @@ def run_bench(
         info(f"point {label}: {n} requests of {input_len if not dataset else 'dataset'} in / {output_len} out")
         point = measure_point(server, target, prompts.prompts(n, point_no), output_len, concurrency=c, rate=r,
                               seed=seed + point_no, slo=slo, input_len=None if dataset else input_len, gpus=gpus,
-                              workers=client_workers)
+                              host=host, workers=client_workers)
         run.points.append(point)
         run.write()
         if on_point:

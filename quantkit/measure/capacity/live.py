@@ -3,9 +3,9 @@
 `run_capacity(server, model_dir, slo, settings)` drives `search.search_capacity` with real load
 points against a server it is given: concurrency (default) or Poisson request rate, grown until
 the SLO breaks and narrowed to `tolerance` (10%). Every point scrapes vLLM's /metrics (and NVML on
-GPU machines) and is kept, in order, with its verdict; the capacity is reported as concurrency,
-requests/s and output tokens/s at the highest load that met the SLO, with the bound that stops it
-(bounds.py) and the number of points spent.
+GPU machines, and the CPU of the server's processes: observe/host.py) and is kept, in order, with
+its verdict; the capacity is reported as concurrency, requests/s and output tokens/s at the highest
+load that met the SLO, with the bound that stops it (bounds.py) and the number of points spent.
 
 A point stops early (`EarlyStop`) once it cannot pass any more, instead of running to its end:
 - its verdict is decided: enough requests already broke a bound that its statistic over the whole
@@ -39,6 +39,7 @@ from ..loadgen.generator import Target, warmup
 from ..loadgen.workload import PromptSource, poisson_schedule
 from ..observe.bounds import CapacityBound, classify_capacity
 from ..observe.gpu import open_gpus
+from ..observe.host import open_host
 from ..observe.metrics import PointMonitor, Scrape, slope
 from ..stats import load_kinds
 from ..stats import tiers
@@ -309,6 +310,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     profile = profiles.get(settings.profile)
     remote = server.info is not None and server.info.remote
     gpus = None if remote else open_gpus()
+    host = open_host(server)
     window = settings.window or profiles.default_window(gpu=gpus is not None)
     result = CapacityResult(
         model_dir=str(model_dir), model_name=server.model_name, checkpoint=checkpoint_info(model_dir),
@@ -354,7 +356,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         point = measure_point(server, target, prompts.prompts(plan.requests, number), settings.output_len, slo=slo,
                               concurrency=plan.concurrency, rate=plan.rate, seed=settings.seed + number,
                               input_len=settings.input_len, interval_s=settings.interval_s, gpus=gpus,
-                              stop_factory=stop, window=plan.window, ramp_s=plan.ramp_s)
+                              host=host, stop_factory=stop, window=plan.window, ramp_s=plan.ramp_s)
         point.load_profile = profile.name
         if on_point:
             on_point(point)  # the store keeps every request (point.samples); the result keeps the figures

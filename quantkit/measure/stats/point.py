@@ -217,6 +217,7 @@ class BenchPoint(BaseModel):
     stopped_early: str | None = None  # why the point was cut short (its verdict was already decided)
     server_metrics: dict[str, Any] | None = None  # measure.observe.metrics.ServerMetrics: vLLM's /metrics during the point
     gpus: list[dict[str, Any]] | None = None  # measure.observe.gpu.GpuSummary per GPU (NVML), where there are GPUs
+    host: dict[str, Any] | None = None  # measure.observe.host.HostSummary: CPU of the server's processes and the client
     tokens_from_usage: bool = True
     partial: bool = False  # the server died during this point
     partial_reason: str | None = None
