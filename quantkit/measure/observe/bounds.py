@@ -9,16 +9,24 @@ stored) and names what limits it, in this order:
 - batch_slots: requests waited while `--max-num-seqs` requests ran (within one request or 10%),
   by the once-a-second running gauge or by the counters' decode batch (tokens generated per
   engine step), or, that knob unset, while the running count held at its ceiling;
+- host: no scheduler limit was reached and a Python process of the server held a core (host.py
+  measures them): an API server process (detokenizing, streaming), or, on a GPU server whose GPU was
+  not saturated, the engine core (scheduling, output processing: the GPU waited for it; with one GPU
+  the engine core also runs the model and may spin while it waits for the GPU, so its busy time
+  alone proves nothing: the GPU's idle share does). On a CPU backend (no GPU figures) the engine
+  core's time is the compute's, so only an API server names it;
 - compute: no scheduler limit was reached: each engine step takes longer as the batch grows, so the
   latency bound breaks first (the GPU's utilization, where measured, says how busy it was);
 - unknown: no /metrics reading saw the load (none exposed, or the point was shorter than the
   scrape interval).
-Each bound names the knob that moves it. The thresholds are stated beside them.
+Each bound names the knob that moves it. The thresholds are stated beside them. A point without
+the host's figures (stored before host.py, or a server on another machine) never names host: its
+verdict is the one it had before them.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
@@ -28,8 +36,10 @@ KV_FULL = 0.90  # KV-cache usage at or above which the cache is the limit
 QUEUED = 1.0  # mean waiting requests at or above which requests queued through the point
 STEP_FULL = 0.70  # tokens per engine step / --max-num-batched-tokens at or above which steps ran full
 RUNNING_HELD = 0.90  # running mean / max at or above which the running count held at a ceiling
+HOST_BUSY = 0.90  # a server process's mean cores at or above which its one Python thread is saturated
+GPU_BUSY = 90.0  # GPU utilization (%, NVML) below which a saturated engine core kept the GPU waiting
 
-BoundKind = Literal["kv_cache", "token_budget", "batch_slots", "compute", "client", "unknown"]
+BoundKind = Literal["kv_cache", "token_budget", "batch_slots", "host", "compute", "client", "unknown"]
 
 # a bound's advice in words (CapacityBound.knob, stored): the levers that move it, serving knobs among
 # them by their flags; not a list of knobs (that is serve/config.KNOBS, which these flags must name)
@@ -39,6 +49,10 @@ LEVERS: dict[str, str] = {
     "token_budget": "--max-num-batched-tokens (higher admits prompts faster: TTFT; lower keeps prefill chunks "
                     "from stalling decodes: ITL)",
     "batch_slots": "--max-num-seqs higher (while the KV cache has room)",
+    # vLLM flags that are not quantkit knobs are named without their dashes (pass them with a serve arg)
+    "host": "the server's Python processes: more API servers (api-server-count), fewer stream chunks "
+            "(stream-interval), async scheduling (the next step scheduled while this one runs), CUDA graphs and "
+            "compilation (leave out --enforce-eager; compilation-config)",
     "compute": "the step itself: a faster precision, more GPUs (--tensor-parallel-size), or a lower "
                "--max-num-batched-tokens where ITL is the bound that breaks",
     "client": "run the load generator where it has CPU to spare (its own points say it limited them)",
@@ -78,14 +92,15 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     """The bound a point (BenchPoint as JSON) shows; see the module's docstring for the rules."""
     serve_config = serve_config or {}
     if point.get("client_limited"):
-        return CapacityBound(kind="client", load=load, knob=LEVERS["client"],
+        return CapacityBound(kind="client", load=load, knob=LEVERS["client"], figures=host_figures(point),
                              evidence="quantkit's load generator limited this point"
                                       + (f" ({point['client_limited_reason']})" if point.get("client_limited_reason") else ""))
     sm = point.get("server_metrics")
     if not isinstance(sm, dict) or not sm.get("samples"):
-        return CapacityBound(kind="unknown", load=load, knob=LEVERS["unknown"], evidence="no /metrics readings")
+        return CapacityBound(kind="unknown", load=load, knob=LEVERS["unknown"], evidence="no /metrics readings",
+                             figures=host_figures(point))
     if (_get(sm.get("running"), "max") or 0) == 0 and not (sm.get("deltas") or {}).get("preemptions"):
-        return CapacityBound(kind="unknown", load=load, knob=LEVERS["unknown"],
+        return CapacityBound(kind="unknown", load=load, knob=LEVERS["unknown"], figures=host_figures(point),
                              evidence=f"the point ended before /metrics saw a request running ({sm.get('samples')} readings, "
                                       f"every {sm.get('interval_s')} s)")
     kv_max = _get(sm.get("kv_usage"), "max")
@@ -99,6 +114,11 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     busy = f"; GPU utilization {max(gpu_util):.0f}%" if gpu_util else ""
     if gpu_util:
         figures["gpu_util_mean"] = max(gpu_util)
+    figures.update(host_figures(point))
+    if "gpu_sm_clock_mhz" in figures:
+        busy += f" at {figures['gpu_sm_clock_mhz']:.0f} MHz"
+    if unmeasured := (point.get("host") or {}).get("unmeasured"):
+        busy += f"; host CPU not measured ({unmeasured})"
 
     def bound(kind: BoundKind, evidence: str) -> CapacityBound:
         return CapacityBound(kind=kind, evidence=evidence + busy, knob=LEVERS[kind], load=load, figures=figures)
@@ -144,6 +164,8 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
                                      "the KV cache had room: the scheduler admitted no more")
     text = (f"no scheduler limit reached (KV cache {kv_max or 0:.0%}, {run_max:.0f} running, "
             f"{waiting:.1f} waiting on average)")
+    if held := host_held(figures, max(gpu_util) if gpu_util else None):
+        return bound("host", f"{text}: {held}")
     broke = " ".join(point.get("slo_violations") or []) + " " + " ".join((point.get("window") or {}).get("reasons") or [])
     if ("tpot" in broke or "itl" in broke) and "ttft" not in broke:
         # a steady state's usual bound: the decode batch grows with the load until each step is too slow
@@ -153,6 +175,65 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
         return CapacityBound(kind="compute", load=load, figures=figures, knob=PREFILL_KNOB,
                              evidence=text + ": prompts' prefill delayed the first token (TTFT broke, TPOT held)" + busy)
     return bound("compute", text + ": each step slows as the batch grows")
+
+
+def host_figures(point: dict[str, Any]) -> dict[str, float]:
+    """The figures the host bound reads, where the point has them (points stored before host.py
+    have none): per server role and the client, cores busy (mean, busiest interval) and the
+    busiest process's mean; the GPUs' SM clock; the wall time per engine step."""
+    out: dict[str, float] = {}
+    roles = (point.get("host") or {}).get("roles") or {}
+    for role in ("api_server", "engine_core", "worker", "client"):
+        cpu = roles.get(role)
+        if isinstance(cpu, dict):
+            for key, name in (("cores_mean", "cores"), ("cores_max", "cores_max"), ("busiest", "busiest")):
+                if (value := _get(cpu, key)) is not None:
+                    out[f"{role}_{name}"] = value
+    clocks = [(g.get("util_mean") or 0.0, g["sm_clock_mean_mhz"]) for g in point.get("gpus") or []
+              if isinstance(g.get("sm_clock_mean_mhz"), (int, float))]
+    if clocks:  # the busiest GPU's, as its utilization is quoted
+        out["gpu_sm_clock_mhz"] = max(clocks)[1]
+    if (step := _get(point.get("server_metrics"), "step_s")) is not None:
+        out["step_s"] = step
+    return out
+
+
+def host_held(figures: dict[str, float], gpu_util: float | None) -> str | None:
+    """Why the host bounds the point (the rules in the module's docstring), or None."""
+    api, core = figures.get("api_server_busiest"), figures.get("engine_core_busiest")
+    why = []
+    if api is not None and api >= HOST_BUSY:
+        why.append(f"an API server process kept {api:.2f} of a core busy (detokenizing, streaming)")
+    if gpu_util is not None and gpu_util < GPU_BUSY and core is not None and core >= HOST_BUSY:
+        why.append(f"the engine core kept {core:.2f} of a core busy (scheduling, output processing) while the GPU "
+                   f"was {gpu_util:.0f}% busy")
+    return "; ".join(why) or None
+
+
+# (figure, how it is shown) in the order figures_text shows them
+_SHOWN: tuple[tuple[str, Callable[[float], str]], ...] = (
+    ("engine_core_busiest", lambda v: f"engine core {v:.2f} cores"),
+    ("api_server_busiest", lambda v: f"API server {v:.2f} cores"),
+    ("worker_cores", lambda v: f"workers {v:.2f} cores"),
+    ("client_cores", lambda v: f"client {v:.2f} cores"),
+    ("gpu_util_mean", lambda v: f"GPU {v:.0f}% busy"),
+    ("gpu_sm_clock_mhz", lambda v: f"SM clock {v:.0f} MHz"),
+    ("step_s", lambda v: f"step {v * 1000:.3g} ms"),
+    ("decode_batch_mean", lambda v: f"decode batch {v:.1f}"),
+)
+
+
+def has_host_figures(figures: dict[str, float] | None) -> bool:
+    """Whether a bound was read with the server's CPU figures (points stored before host.py were not)."""
+    return bool(figures) and any(k.startswith(("engine_core_", "api_server_")) for k in figures)
+
+
+def figures_text(figures: dict[str, float] | None) -> str:
+    """The bound's host figures in one line (engine core, API server: the busiest process's mean
+    cores), or "" for a bound read without them."""
+    if not has_host_figures(figures):
+        return ""
+    return ", ".join(show(figures[key]) for key, show in _SHOWN if figures.get(key) is not None)
 
 
 def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, ceiling_index: int | None,
