@@ -26,7 +26,7 @@ import math
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import UsageError
 from ..evals.gates import overall_verdict
@@ -41,6 +41,7 @@ from ..serve.server import ServerInfo
 from ..store import REPORTED_KINDS
 from . import records
 from .decision import CapacityCell, Decision, capacity_cell, decide, tuned_cell
+from .dumps import written_when_set
 from .fidelity import FidelityCell, fidelity_cell
 from .tiers import TierResult
 from .figures import lookup_bandwidth, pareto_front
@@ -192,14 +193,7 @@ class Row(BaseModel):
     capacity_tuned: CapacityCell | None = None  # under the SLO, the tuner's best configuration
     fidelity: FidelityCell | None = None  # against the baseline, token by token (report/fidelity.py)
 
-    @model_serializer(mode="wrap")
-    def _fidelity_when_measured(self, handler):
-        # a row without fidelity figures is written as before they existed: reports of stores
-        # that hold none stay byte-identical (tests/unit/test_output_pins.py)
-        data = handler(self)
-        if self.fidelity is None:
-            data.pop("fidelity", None)
-        return data
+    _dump = written_when_set("fidelity")  # a row without fidelity figures: as before they existed
 
     @property
     def gates_passed(self) -> bool:

@@ -25,7 +25,9 @@ from pydantic import BaseModel, Field
 
 from ..measure.stats import load_kinds
 from ..measure.capacity import profiles
+from ..measure.observe.bounds import has_host_figures
 from ..measure.stats.slo import Slo
+from .dumps import written_when_set
 
 ELIGIBLE_GATES = ("pass", "reference", "no gates")
 
@@ -47,6 +49,8 @@ class CapacityCell(BaseModel):
     bound: str | None = None
     bound_evidence: str | None = None
     knob: str | None = None
+    # the bound's readings (bounds.CapacityBound.figures) where they include the server's CPU (host.py)
+    bound_figures: dict[str, float] | None = None
     serve_args: list[str] = Field(default_factory=list)
     command: str | None = None
     label: str = "defaults"
@@ -55,6 +59,8 @@ class CapacityCell(BaseModel):
     blocker: str | None = None  # below_min: what the lowest load broke
     ceiling: float | None = None  # the lowest load that broke the SLO above `load`
     edge: float | None = None  # the nearest load above `load` that did not pass (the ceiling, or an undecided one)
+
+    _dump = written_when_set("bound_figures")  # a bound read without the host's figures: as before them
 
     @property
     def coarse(self) -> bool:
@@ -113,7 +119,7 @@ def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaul
         tolerance=float((settings.tolerance if settings else None) or 0.10),
         points=int(result.points_spent or len(points)),
         bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
-        knob=bound.knob if bound else None,
+        knob=bound.knob if bound else None, bound_figures=_host_figures(bound),
         serve_args=args_of(serve_config), label=label,
         command=command or (shlex.join(["vllm", "serve", result.model_dir, *args_of(serve_config)])
                             if result.model_dir else None))
@@ -128,6 +134,11 @@ def capacity_cell(result: Any, *, config: Literal["defaults", "tuned"] = "defaul
         elif result.error:
             cell.blocker = result.error
     return cell
+
+
+def _host_figures(bound: Any) -> dict[str, float] | None:
+    figures = bound.figures if bound is not None else None
+    return dict(figures) if has_host_figures(figures) else None
 
 
 def _goodput(cap: Any, points: list[Any]) -> float | None:
@@ -176,7 +187,7 @@ def tuned_cell(tune: Any, slo: Slo | None, profile: str = "concurrency",
         in_flight=cap.concurrency if cap else None,
         tolerance=float((settings.tolerance if settings else None) or tolerance), points=int(best.points or 0),
         bound=bound.kind if bound else None, bound_evidence=bound.evidence if bound else None,
-        knob=bound.knob if bound else None, serve_args=flags,
+        knob=bound.knob if bound else None, bound_figures=_host_figures(bound), serve_args=flags,
         command=command, label=best.label or "tuned", trials=len(tune.trials or []),
         servers=tune.server_starts)
 

@@ -103,6 +103,8 @@ def tables(report: Report) -> list[tuple[str, list[str], list[list[str]], str | 
     out = []
     if (capacity := capacity_table(r_)) is not None:
         out.append(capacity)
+    if (bounds := bound_table(r_)) is not None:
+        out.append(bounds)
     if (tiers := tier_table(report.tiers, report.price_per_hour)) is not None:
         out.append(tiers)
     out.append(("Checkpoints", ["variant", "method", "status", "format", "size on disk", "weight memory",
@@ -221,6 +223,39 @@ def capacity_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], st
             f"SLO {slo}. capacity = the highest load meeting the SLO, searched to the stated tolerance; req/s = goodput "
             "(requests that met every bound, per second) at that load; tok/s = output tokens/s there. Bound: what "
             "stops it, from vLLM's /metrics at the first load that broke the SLO.")
+
+
+def bound_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], str] | None:
+    """Beside the capacity table: the figures each ladder's bound was read from, where they include
+    the server's CPU (None for ladders measured before host.py, whose reports stay as they were)."""
+    def cores(figures: dict[str, float], role: str) -> str:
+        mean, top = figures.get(f"{role}_busiest"), figures.get(f"{role}_cores_max")
+        return DASH if mean is None else fmt(mean) + (f" (max {fmt(top)})" if top is not None else "")
+
+    out = []
+    for r in rows:
+        for c in (r.capacity, r.capacity_tuned):
+            if c is None or c.bound_figures is None:
+                continue
+            f = c.bound_figures
+            step, util = f.get("step_s"), f.get("gpu_util_mean")
+            out.append([r.name, c.label, c.bound or DASH, cores(f, "engine_core"), cores(f, "api_server"),
+                        fmt(f.get("worker_cores")), fmt(f.get("client_cores")), fmt(util) + "%" if util is not None else DASH,
+                        fmt(f.get("gpu_sm_clock_mhz")), fmt(step * 1000 if step is not None else None),
+                        fmt(f.get("decode_batch_mean"))])
+    if not out:
+        return None
+    from ..measure.observe.bounds import GPU_BUSY, HOST_BUSY
+
+    return ("What bounds each ladder", ["variant", "configuration", "bound", "engine core (cores)",
+                                        "API server (cores)", "workers (cores)", "client (cores)", "GPU busy",
+                                        "SM clock (MHz)", "step (ms)", "decode batch"], out,
+            "read at the load where the bound was named (the first that broke the SLO). Cores: CPU-seconds per second "
+            "over the point; engine core and API server: the busiest process's mean (max: the role's busiest "
+            "interval), workers and client: all of their processes. host: an API server process at "
+            f"{HOST_BUSY:g} of a core or more, or, on a GPU below {GPU_BUSY:g}% busy, the engine core at {HOST_BUSY:g} "
+            "or more (on a CPU backend the engine core's time is the compute's). step: wall time per engine step "
+            "(vLLM's counters, idle time included); decode batch: tokens generated per step.")
 
 
 def decision_lines(report: Report, markdown: bool = False) -> list[str]:
@@ -352,7 +387,8 @@ PLOTS_AFTER = 3  # (4 when the capacity table leads, one more when the fidelity 
 
 
 def _plots_after(report: Report) -> int:
-    return PLOTS_AFTER + (report.decision is not None) + any(r.fidelity is not None for r in report.rows)
+    return (PLOTS_AFTER + (report.decision is not None) + any(r.fidelity is not None for r in report.rows)
+            + (bound_table(report.rows) is not None))
 
 
 def render_markdown(report: Report) -> str:

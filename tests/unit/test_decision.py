@@ -191,3 +191,30 @@ def test_a_tuner_that_kept_the_defaults_is_no_second_candidate_tied_with_itself(
     alone = decide([row("baseline", cell(1.0), recovery=1.0, gate="reference", baseline=True),
                     row("fp8", None, tuned=kept, recovery=0.99)])  # no defaults cell: the trial stands for it
     assert ("fp8", "tuned") in [(c.variant, c.cell.config) for c in alone.candidates]
+
+
+def test_the_bounds_figures_sit_beside_the_ladders_read_with_them(tmp_path):
+    """A ladder whose bound was read with the server's CPU (observe/host.py) gets a row of figures
+    beside the capacity table; one read before (the stored H200 ladders) gets none, and its cell in
+    report.json is written as before (tests/unit/test_output_pins.py)."""
+    import json
+
+    from quantkit.report.build import Variant, build_report
+    from quantkit.report.render import render_markdown, write_report
+
+    figures = {"running_max": 75.0, "gpu_util_mean": 78.0, "engine_core_busiest": 0.97, "engine_core_cores_max": 1.0,
+               "api_server_busiest": 0.41, "api_server_cores_max": 0.5, "client_cores": 0.12,
+               "gpu_sm_clock_mhz": 1980.0, "step_s": 0.0213, "decode_batch_mean": 380.0}
+    read = {**capacity_record(2.0, bound="host"),
+            "bound": {"kind": "host", "evidence": "the engine core kept 0.97 of a core busy", "knob": "k", "figures": figures}}
+    baseline = Variant(name="baseline", method="bf16", model_dir="/m/bf16", baseline=True, capacity=capacity_record(1.0))
+    fp8 = Variant(name="fp8", method="fp8", model_dir="/m/fp8", convert={"method": "fp8"}, capacity=read)
+    report = build_report([baseline, fp8], title="t", environment={})
+    md = render_markdown(report)
+    assert md.index("## Capacity under the SLO") < md.index("## What bounds each ladder") < md.index("## Checkpoints")
+    section = md[md.index("## What bounds each ladder"):md.index("## Checkpoints")]
+    assert "| fp8 | defaults | host | 0.970 (max 1.00) | 0.410 (max 0.500) | — | 0.120 | 78.0% | 1,980 | 21.3 | 380 |" in section
+    assert "| baseline |" not in section and "0.9 of a core or more" in section
+    cells = {r["name"]: r["capacity"] for r in json.loads(write_report(report, tmp_path)["json"].read_text())["rows"]}
+    assert cells["fp8"]["bound_figures"] == figures and "bound_figures" not in cells["baseline"]
+    assert "What bounds each ladder" not in render_markdown(build_report([baseline], title="t", environment={}))
