@@ -121,3 +121,22 @@ def test_a_local_url_is_found_by_its_listener_and_a_remote_one_is_said_unmeasure
 def test_without_psutil_nothing_is_sampled(monkeypatch):
     monkeypatch.setitem(sys.modules, "psutil", None)
     assert host_mod.open_host(types.SimpleNamespace(url="http://127.0.0.1:1")) is None
+
+
+def test_gpus_are_read_for_a_server_on_this_machine_only(monkeypatch):
+    """A `--url` on loopback is this machine's server (its GPUs are read, as for one quantkit
+    started); one on another host is not (NVML would read this machine's idle GPUs)."""
+    from quantkit.measure.observe import gpu
+
+    opened = []
+    monkeypatch.setattr(gpu, "open_gpus", lambda: opened.append(1) or "reader")
+
+    def attached(url: str):
+        return types.SimpleNamespace(url=url, info=types.SimpleNamespace(remote=True))
+
+    started = types.SimpleNamespace(url="http://127.0.0.1:8000", info=types.SimpleNamespace(remote=False))
+    assert host_mod.on_this_machine(started) and gpu.gpus_of(started) == "reader"
+    assert gpu.gpus_of(attached("http://127.0.0.1:8000")) == "reader"
+    assert gpu.gpus_of(attached("http://localhost:8000/v1")) == "reader"
+    assert gpu.gpus_of(attached("http://203.0.113.7:8000")) is None  # TEST-NET-3: never this machine
+    assert len(opened) == 3

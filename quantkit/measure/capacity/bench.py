@@ -63,7 +63,7 @@ from ..loadgen.client import headers
 from ..loadgen.drain import before_point
 from ..loadgen.generator import Target, run_point, warmup
 from ..loadgen.workload import PromptSource
-from ..observe.gpu import open_gpus
+from ..observe.gpu import gpus_of
 from ..observe.host import open_host
 from ..observe.metrics import PointMonitor
 from ..stats.point import BenchPoint
@@ -231,7 +231,7 @@ def run_bench(
             run.write()
             raise BackendError(f"{run.error} (server {server.url})")
     index = itertools.count()
-    gpus = None if server.info is None or server.info.remote else open_gpus()
+    gpus = gpus_of(server)
     host = open_host(server)
 
     def measure(c: int | None = None, r: float | None = None) -> BenchPoint:

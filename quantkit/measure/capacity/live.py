@@ -38,7 +38,7 @@ from ...serve.server import Server, ServerInfo
 from ..loadgen.generator import Target, warmup
 from ..loadgen.workload import PromptSource, poisson_schedule
 from ..observe.bounds import CapacityBound, classify_capacity
-from ..observe.gpu import open_gpus
+from ..observe.gpu import gpus_of
 from ..observe.host import open_host
 from ..observe.metrics import PointMonitor, Scrape, slope
 from ..stats import load_kinds
@@ -308,8 +308,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     model_dir = Path(model_dir).expanduser().absolute()
     prompts = prompts or PromptSource(model_dir, settings.input_len, seed=settings.seed)
     profile = profiles.get(settings.profile)
-    remote = server.info is not None and server.info.remote
-    gpus = None if remote else open_gpus()
+    gpus = gpus_of(server)
     host = open_host(server)
     window = settings.window or profiles.default_window(gpu=gpus is not None)
     result = CapacityResult(

@@ -49,10 +49,10 @@ LEVERS: dict[str, str] = {
     "token_budget": "--max-num-batched-tokens (higher admits prompts faster: TTFT; lower keeps prefill chunks "
                     "from stalling decodes: ITL)",
     "batch_slots": "--max-num-seqs higher (while the KV cache has room)",
-    # vLLM flags that are not quantkit knobs are named without their dashes (pass them with a serve arg)
-    "host": "the server's Python processes: more API servers (api-server-count), fewer stream chunks "
-            "(stream-interval), async scheduling (the next step scheduled while this one runs), CUDA graphs and "
-            "compilation (leave out --enforce-eager; compilation-config)",
+    "host": "the server's Python processes: more API servers (--api-server-count), fewer stream chunks "
+            "(--stream-interval), async scheduling (--async-scheduling: the next step scheduled while this one "
+            "runs), CUDA graphs and compilation (leave out --enforce-eager; --max-cudagraph-capture-size, "
+            "--optimization-level)",
     "compute": "the step itself: a faster precision, more GPUs (--tensor-parallel-size), or a lower "
                "--max-num-batched-tokens where ITL is the bound that breaks",
     "client": "run the load generator where it has CPU to spare (its own points say it limited them)",

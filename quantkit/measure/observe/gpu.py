@@ -100,6 +100,15 @@ def _visible(nvml: Any, count: int) -> list[int]:
     return indices
 
 
+def gpus_of(server: Any) -> GpuReader | None:
+    """A reader of the GPUs `server` runs on, where it runs on this machine (observe/host.py's
+    rule: a `--url` on loopback or this host's address too, so a server started by hand beside
+    the load generator is measured like one quantkit started); None elsewhere."""
+    from .host import on_this_machine
+
+    return open_gpus() if on_this_machine(server) else None
+
+
 def open_gpus() -> GpuReader | None:
     """A reader of the visible GPUs, or None where NVML is missing or finds none."""
     try:

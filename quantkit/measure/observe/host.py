@@ -251,6 +251,15 @@ def listener(port: int) -> tuple[int | None, str]:
     return (min(roots) if roots else min(pids)), f"listening on port {port}"
 
 
+def on_this_machine(server: Any) -> bool:
+    """Whether `server` runs here: quantkit started it, or its URL (`--url`) names this machine.
+    Its GPUs are then this machine's, and NVML reads them during its points."""
+    info = getattr(server, "info", None)
+    if info is None or not info.remote:
+        return True
+    return is_local(urllib.parse.urlsplit(server.url).hostname or "")
+
+
 def open_host(server: Any) -> HostReader | None:
     """A reader of `server`'s processes and quantkit's own: the process quantkit started, or the
     one listening on a local URL's port; for a server elsewhere, quantkit's only (the summary says
