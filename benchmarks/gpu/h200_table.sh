@@ -29,6 +29,15 @@
 # tasks, +-separated; DIR relative to /tmp/qkmodels, or "bf16" for the random model), CONVERT
 # (methods converted first, side by side), CALIB ("--num-samples N --seq-len L" for the calibrated
 # ones), WINDOW ("MIN,MAX,WARMUP" s of a point), SLO, SPANS512, SPANS4096.
+#
+# Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
+# figures (engine-core and API-server CPU, GPU busy and SM clock, step time; bench --url finds the
+# local server by its port), and the bound is named at each ladder's first failing load. In its own
+# 30 minutes, with CONVERT=fp8 (data-free: no calibration wait):
+#   PLAN="bf16:bf16::L512@34 fp8:fp8::L512@40 fp8-host:fp8:--api-server-count=4,--stream-interval=16:L512@44"
+# the defaults of bf16 and fp8, then fp8 with the host levers (more API servers, fewer stream
+# chunks); a lever that moves the fp8 ceiling is the host's proof. The tuner (quantkit tune, one
+# server per trial, ~6-7 min a trial on the GPU) needs more than one session's 30 minutes.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
