@@ -30,6 +30,12 @@ stash_common() {  # stash_common DIR: what a call carried, put where the drivers
     *) return 1 ;;
   esac
 }
+site_copy() {  # site_copy DIR: quantkit copied out of the checkout as its wheel lays it out (recipes/ and
+  # evals/ are the data packages quantkit.recipes and quantkit.eval_tasks: pyproject.toml), so that a
+  # later call's transfer, which replaces the checkout, cannot change what a background run imports
+  rm -rf "$1" && mkdir -p "$1" && cp -r quantkit "$1"/ && cp -r recipes "$1"/quantkit/recipes \
+    && cp -r evals "$1"/quantkit/eval_tasks
+}
 left() { echo $(( $(cat $Q/deadline) - $(date +%s) )); }
 
 wait_done() {  # wait_done SECONDS: until the background work is all done or SECONDS have passed

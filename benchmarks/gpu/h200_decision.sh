@@ -94,8 +94,7 @@ smollm2() {  # SmolLM2-135M's accuracy per method, the five variants at once (re
 cmd=${1:-}; shift || true
 case $cmd in
 start)
-  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
-    && cp -r evals $QK_SITE/quantkit/eval_tasks
+  rm -f $Q/all.done && site_copy $QK_SITE
   echo "$1" > $Q/deadline
   # SEED_STORE=docs/reports/h200/decision-2026-12-01/raw/results.db.gz: an earlier session's store
   # (the reports keep theirs gzipped), so its finished stages are skipped (checkpoints are re-made:

@@ -60,8 +60,7 @@ cmd=${1:-}; shift || true
 case $cmd in
 start)
   # quantkit copied out of the checkout: a later call's transfer replaces the checkout
-  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
-    && cp -r evals $QK_SITE/quantkit/eval_tasks && cp benchmarks/gpu/h200_ladders.sh benchmarks/gpu/common.sh $Q/
+  rm -f $Q/all.done && site_copy $QK_SITE && cp benchmarks/gpu/h200_ladders.sh benchmarks/gpu/common.sh $Q/
   echo "$1" > $Q/deadline
   if [ "$CFG" = /tmp/w8b ]; then
     python3 benchmarks/gpu/make_8b_configs.py $Q/tok .gpu/qconfigs $CFG bf16 fp8 int8 w4a16 awq w4a8-fp8 > /dev/null || exit 1

@@ -43,8 +43,7 @@ stash)
   ;;
 start)
   # quantkit and the script copied out of the checkout: a later call's transfer replaces the checkout
-  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
-    && cp -r evals $QK_SITE/quantkit/eval_tasks \
+  rm -f $Q/all.done && site_copy $QK_SITE \
     && cp benchmarks/steady_agreement.py $QK_SITE/ && cp benchmarks/gpu/make_8b_configs.py $Q/
   echo "$1" > $Q/deadline
   [ -n "${MODEL_DIR:-}" ] || python3 $Q/make_8b_configs.py $Q/tok /nonexistent /tmp/w8b bf16 > /dev/null || exit 1

@@ -145,8 +145,7 @@ stash)
   ;;
 start)
   # quantkit and the scripts copied out of the checkout: a later call's transfer replaces the checkout
-  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
-    && cp -r evals $QK_SITE/quantkit/eval_tasks \
+  rm -f $Q/all.done && site_copy $QK_SITE \
     && cp benchmarks/steady_agreement.py $QK_SITE/ && cp benchmarks/gpu/h200_table.sh benchmarks/gpu/common.sh \
        benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
   echo $(( $(date +%s) + $1 )) > $Q/deadline

@@ -154,8 +154,7 @@ random)
   echo "random 8B build started"
   ;;
 start)
-  rm -rf $QK_SITE $Q/all.done && mkdir -p $QK_SITE && cp -r quantkit $QK_SITE/ && cp -r recipes $QK_SITE/quantkit/recipes \
-    && cp -r evals $QK_SITE/quantkit/eval_tasks
+  rm -f $Q/all.done && site_copy $QK_SITE
   echo "$1" > $Q/deadline
   setsid nohup env TP2="$TP2" SMOLLM2="$SMOLLM2" BENCH0="$BENCH0" BENCH1="$BENCH1" CONVERT0="$CONVERT0" \
     CONVERT1="$CONVERT1" EXTRA0="$EXTRA0" EXTRA1="$EXTRA1" TP2_ARGS="$TP2_ARGS" \
