@@ -28,14 +28,16 @@
 # Settings (environment of `start`): PLAN (servers in order: label:DIR:serve flags, comma-separated:
 # tasks, +-separated; DIR relative to /tmp/qkmodels, or "bf16" for the random model), CONVERT
 # (methods converted first, side by side), CALIB ("--num-samples N --seq-len L" for the calibrated
-# ones), WINDOW ("MIN,MAX,WARMUP" s of a point), SLO, SPANS512, SPANS4096.
+# ones), WINDOW ("MIN,MAX,WARMUP" s of a point), SLO, SPANS512, SPANS4096, LOAD_SCALE (the plan's
+# loads are an H200's: x0.8 on an H100 unless set).
 #
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
 # figures (engine-core and API-server CPU, GPU busy and SM clock, step time; bench --url finds the
 # local server by its port), and the bound is named at each ladder's first failing load. In its own
 # 30 minutes, with CONVERT=fp8 (data-free: no calibration wait):
-#   PLAN="bf16:bf16::L512@34 fp8:fp8::L512@40 fp8-host:fp8:--api-server-count=4,--stream-interval=16:L512@44"
-# the defaults of bf16 and fp8, then fp8 with the host levers (more API servers, fewer stream
+#   PLAN="bf16:bf16::L512@26 fp8:fp8::L512@30 fp8-host:fp8:--api-server-count=4,--stream-interval=16:L512@33" HI_FACTOR=1.5
+# (starts from 12-06's bf16 capacity, 26.2 req/s, and a guess of fp8's; HI_FACTOR 1.5 leaves a lever
+# room to show a lift) the defaults of bf16 and fp8, then fp8 with the host levers (more API servers, fewer stream
 # chunks); a lever that moves the fp8 ceiling is the host's proof. The tuner (quantkit tune, one
 # server per trial, ~6-7 min a trial on the GPU) needs more than one session's 30 minutes.
 set -uo pipefail
@@ -94,6 +96,7 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
   IFS=, read -r wmin wmax wwarm <<< "$WINDOW"
   [ $long = 0 ] || wwarm=$(( wwarm * 3 ))  # a long request takes longer to reach steady state
   local name=cap-$label-$( [ $long = 0 ] && echo short || echo long )
+  start=$(python3 -c "print(round($start * $SCALE, 1))")  # the plan's loads are an H200's
   [ "$(left)" -gt 150 ] || { log "$name: skipped, $(left) s left"; return; }
   log "$name: start from $start req/s"
   timeout -s INT -k 60 $(( $(left) - 10 )) "${QK[@]}" bench "$dir" --url $URL --max-model-len $MAXLEN "$@" \
@@ -150,13 +153,16 @@ start)
        benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
   echo $(( $(date +%s) + $1 )) > $Q/deadline
   setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
-    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
+    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" LOAD_SCALE="${LOAD_SCALE-}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
 orchestrate)
   nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.max.sm --format=csv,noheader > $Q/res/gpu.txt 2>/dev/null
   dev=cuda; nvidia-smi -L > /dev/null 2>&1 || dev=cpu
+  # An H100 sustains ~0.8x an H200's loads (12-03's ladders): its ladders start that much lower
+  case "$(cat $Q/res/gpu.txt 2>/dev/null)" in *H100*) SCALE=${LOAD_SCALE:-0.8} ;; *) SCALE=${LOAD_SCALE:-1} ;; esac
+  log "GPU: $(cut -d, -f2 $Q/res/gpu.txt 2>/dev/null | head -1); the plan's loads x $SCALE"
   if [ ! -f $W8/config.json ]; then  # the image's torch and safetensors suffice: no need to wait for the bundle
     python3 $Q/make_random_8b.py $Q/tok $W8 --device $dev > $Q/logs/random.log 2>&1
     python3 $Q/make_random_8b.py $Q/tok $WARM --layers 2 --device $dev --seed 1 >> $Q/logs/random.log 2>&1
