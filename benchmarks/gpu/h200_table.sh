@@ -131,6 +131,7 @@ check() {  # check LABEL DIR: vLLM's client at the two loads that bracket quantk
 }
 
 warm_up() {  # the 2-layer model served once: compilation caches for the first real start
+  [ "${WARMUP:-1}" = 1 ] || { log "warm-up: skipped (WARMUP=$WARMUP)"; return; }  # a short budget: the first start compiles
   [ -f $WARM/config.json ] || { log "warm-up: no model"; return; }
   "${QK[@]}" serve $WARM --port 8100 --max-model-len $MAXLEN --gpu-memory-utilization 0.12 > $Q/logs/warm-up.log 2>&1 &
   local pid=$! t0=$(date +%s)
@@ -153,7 +154,7 @@ start)
        benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
   echo $(( $(date +%s) + $1 )) > $Q/deadline
   setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
-    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" LOAD_SCALE="${LOAD_SCALE-}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
+    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" LOAD_SCALE="${LOAD_SCALE-}" WARMUP="${WARMUP-1}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
     > $Q/logs/orchestrate.log 2>&1 < /dev/null &
   echo "started; $(left) s to the deadline"
   ;;
