@@ -5,7 +5,8 @@
 # values, not good ones), then each variant is served ONCE (`quantkit serve`, vLLM 0.26 defaults,
 # --max-model-len 8192) and, on that one server, its tasks run in order:
 #   L512@S   `quantkit bench --url --capacity --capacity-profile poisson` at 512 in / 256 out from S req/s
-#            (the recipe's SLO, the MLPerf server and interactive tiers spanned on the same ladder)
+#            (the recipe's SLO, the MLPerf server and interactive tiers spanned on the same ladder);
+#            a ladder whose top load held goes on from that top, at most twice (ladder_up)
 #   C512     vLLM's own client, `vllm bench serve --request-rate`, at the two loads that bracket
 #            quantkit's capacity (benchmarks/steady_agreement.py --clients vllm: 60 s of arrivals after
 #            10 s of warm-up; sustained or not by the growth of requests in flight, as quantkit decides)
@@ -23,6 +24,8 @@
 #   2-8, carry .gpu/bundle/chunk-NN:   bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-NN
 #   9, carry .gpu/bundle/chunk-08 .gpu/data:  bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-08 .gpu/data
 #   then:                              bash benchmarks/gpu/h200_table.sh wait SECONDS  (store + results to $OUT)
+# Send the next `wait` the moment one returns, written beforehand: 12-06 lost a warm H100 (and its
+# caches, bundle and checkpoints) by answering a wait's figures first; the fresh starts were refused.
 # SECONDS (of `start`): how long from now the plan may run; a task that cannot finish by then is
 # skipped, one cut by it is stopped with Ctrl-C (its points so far are stored).
 # Settings (environment of `start`): PLAN (servers in order: label:DIR:serve flags, comma-separated:
@@ -107,6 +110,32 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
   log "$name: rc=$? $(grep -E '^(capacity|no capacity|bound)' $Q/logs/$name.log | tr '\n' ' ' | cut -c1-300)"
 }
 
+topped() {  # topped FILE: the ladder's top load if its top held (search reason max_reached: no ceiling found)
+  python3 - "$1" <<'EOF2'
+import json, sys
+try:
+    search = json.load(open(sys.argv[1])).get("search") or {}
+except (OSError, ValueError):
+    search = {}
+if search.get("reason") == "max_reached" and search.get("capacity"):
+    print(f"{search['capacity']:g}")
+EOF2
+}
+
+ladder_up() {  # ladder_up LABEL DIR IN OUT START FLAGS...: a ladder, then (at most twice) another from its top while
+  # its top held; 12-06's H100 ladders held their tops in two points each and left the machine idle
+  local label=$1 dir=$2 in=$3 out=$4 start=$5 top cur up; shift 5
+  local tag=$( [ "$in" = "${LONG%/*}" ] && echo long || echo short )
+  ladder "$label" "$dir" "$in" "$out" "$start" "$@"
+  cur=$label
+  for up in up1 up2; do
+    top=$(topped $Q/res/cap-$cur-$tag.json); [ -n "$top" ] || return 0
+    log "$cur: its top ($top req/s) held; the ladder goes on from there"
+    ladder "$label-$up" "$dir" "$in" "$out" "$(python3 -c "print(round($top / $SCALE, 2))")" "$@"
+    cur=$label-$up
+  done
+}
+
 bracket() {  # bracket FILE: "PASS,FAIL", the loads around the recipe SLO's capacity in a ladder's JSON
   # (its search's capacity and ceiling: the points list holds the spanned tiers' loads too)
   python3 - "$1" <<'EOF'
@@ -118,8 +147,10 @@ EOF
 }
 
 check() {  # check LABEL DIR: vLLM's client at the two loads that bracket quantkit's capacity
-  local label=$1 dir=$2 rates
-  rates=$(bracket $Q/res/cap-$label-short.json 2>/dev/null)
+  local label=$1 dir=$2 rates f
+  for f in $Q/res/cap-$label-up2-short.json $Q/res/cap-$label-up1-short.json $Q/res/cap-$label-short.json; do
+    rates=$(bracket $f 2>/dev/null); [ -z "$rates" ] || break  # the ladder that found the ceiling
+  done
   [ -n "$rates" ] || { log "check-$label: no bracket in cap-$label-short.json"; return; }
   [ "$(left)" -gt 200 ] || { log "check-$label: skipped, $(left) s left"; return; }
   log "check-$label: vllm bench serve at $rates req/s"
@@ -190,8 +221,8 @@ orchestrate)
     serve_up $label $dir "${serve[@]}" || continue
     for t in ${tasks//+/ }; do
       case $t in
-        L512@*) ladder $label $dir ${SHORT%/*} ${SHORT#*/} ${t#*@} "${serve[@]}" ;;
-        L4096@*) ladder $label $dir ${LONG%/*} ${LONG#*/} ${t#*@} "${serve[@]}" ;;
+        L512@*) ladder_up $label $dir ${SHORT%/*} ${SHORT#*/} ${t#*@} "${serve[@]}" ;;
+        L4096@*) ladder_up $label $dir ${LONG%/*} ${LONG#*/} ${t#*@} "${serve[@]}" ;;
         C512) check $label $dir ;;
       esac
     done
