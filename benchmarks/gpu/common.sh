@@ -24,7 +24,7 @@ log() { echo "$(date +%T) $*"; }
 
 stash_common() {  # stash_common DIR: what a call carried, put where the drivers read it; 1 if DIR is not one of these
   case $1 in
-    .gpu/bundle/*) bash "$1/install.sh" ;;  # one chunk of the offline bundle; the last installs
+    .gpu/bundle/*) bash "$1/install.sh" || echo "stash: $1: the bundle's install or its check said the above" >&2 ;;  # one chunk; the last installs
     .gpu/tok) rm -rf $Q/tok && cp -r .gpu/tok $Q/tok && echo "tokenizer ready" ;;
     .gpu/data) rm -rf $Q/data.tmp && cp -r .gpu/data $Q/data.tmp && mv $Q/data.tmp $Q/data && echo "data ready" ;;
     *) return 1 ;;

@@ -22,7 +22,7 @@
 #   1, carry .gpu/bundle/chunk-00 .gpu/tok:
 #        bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-00 .gpu/tok && bash benchmarks/gpu/h200_table.sh start SECONDS
 #   2-8, carry .gpu/bundle/chunk-NN:   bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-NN
-#   9, carry .gpu/bundle/chunk-08 .gpu/data:  bash benchmarks/gpu/h200_table.sh stash .gpu/bundle/chunk-08 .gpu/data
+#   9, carry .gpu/bundle/chunk-08 .gpu/data:  bash benchmarks/gpu/h200_table.sh stash .gpu/data .gpu/bundle/chunk-08
 #   then:                              bash benchmarks/gpu/h200_table.sh wait SECONDS  (store + results to $OUT)
 # Send the next `wait` the moment one returns, written beforehand: 12-06 lost a warm H100 (and its
 # caches, bundle and checkpoints) by answering a wait's figures first; the fresh starts were refused.
