@@ -92,6 +92,27 @@ class CapacityCell(BaseModel):
         return unit + ("+" if self.reason == "max_reached" else "")
 
 
+def ratio_held(best: CapacityCell, baseline: CapacityCell | None) -> str | None:
+    """How the winner's ratio to the baseline is bounded: "" (both bracketed), "at least ", "at most ",
+    or None (both ladders held their top loads, so neither capacity, nor the ratio, is bounded above)."""
+    open_best = best.reason == "max_reached" and best is not baseline
+    open_base = baseline is not None and baseline.reason == "max_reached"
+    if open_best and open_base:
+        return None
+    return "at least " if open_best else "at most " if open_base else ""
+
+
+def _versus(ratio: float, best: CapacityCell, baseline: CapacityCell | None) -> str:
+    """The winner against the baseline, as far as their ladders bound it: a capacity whose ladder held
+    its top load is a lower bound, so the ratio is one too (or an upper bound, or none at all)."""
+    held = ratio_held(best, baseline)
+    if held is None:
+        return (f"a ratio the ladders do not bound ({ratio:.2f} x at their tops; both held them: "
+                "measure higher loads, e.g. --capacity-max)")
+    why = {"at least ": " (its ladder held its top)", "at most ": " (the baseline's ladder held its top)"}.get(held, "")
+    return f"{held}{ratio:.2f} x the baseline on vLLM defaults{why}"
+
+
 def _profile(settings: Any, default: str) -> str:
     # a profile stored before profiles had names (or settings not stored) was a burst
     return settings.profile if settings is not None and "profile" in settings.model_fields_set else default
@@ -280,7 +301,7 @@ def decide(rows: list[Any]) -> Decision:
         band = [c for c in eligible if c.cell.goodput >= top / (1 + max(c.cell.tolerance for c in eligible))]
         best = min(band, key=_tie_key(band))
         ratio = best.cell.goodput / base_goodput if base_goodput > 0 else None
-        versus = (f"{ratio:.2f} x the baseline on vLLM defaults" if ratio is not None else
+        versus = (_versus(ratio, best.cell, baseline_cell) if ratio is not None else
                   "the baseline on vLLM defaults has no trusted capacity (quantkit's client was limited)"
                   if baseline_cell is not None and baseline_cell.reason == "untrusted" else
                   "the baseline on vLLM defaults has no capacity under this SLO" if baseline_cell is not None else

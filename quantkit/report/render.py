@@ -17,7 +17,7 @@ from ..errors import UsageError
 from ..safeload import read_json
 from ..files import atomic_write_bytes
 from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
-from .decision import CapacityCell, Decision, from_proxy
+from .decision import CapacityCell, Decision, from_proxy, ratio_held
 from .fidelity import fidelity_table
 from .tiers import tier_lines, tier_table
 from .text import DASH, fmt_ci, fmt_str
@@ -272,7 +272,10 @@ def decision_lines(report: Report, markdown: bool = False) -> list[str]:
         lines.append(f"capacity: {c.cell.load_text()}, {fmt(c.cell.goodput)} requests/s, "
                      f"{fmt(c.cell.output_tok_s)} output tokens/s within {c.cell.slo} ({c.cell.points} load points)")
         if d.ratio_vs_baseline is not None:
-            lines.append(f"vs the baseline on vLLM defaults under the same SLO: {d.ratio_vs_baseline:.2f} x "
+            held = ratio_held(c.cell, d.baseline)
+            ratio = (f"{held}{d.ratio_vs_baseline:.2f} x" if held is not None
+                     else f"not bounded ({d.ratio_vs_baseline:.2f} x at the ladders' tops, which both held)")
+            lines.append(f"vs the baseline on vLLM defaults under the same SLO: {ratio} "
                          f"({fmt(d.baseline.goodput if d.baseline else None)} requests/s)")
         lines.append("accuracy recovery: " + (fmt_pm(c.recovery, c.recovery_stderr) + from_proxy(c)
                                               if c.recovery is not None else DASH) + f", gate: {c.gate or DASH}")

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import pytest
 
 from quantkit.report.decision import CapacityCell, decide
+from quantkit.report.render import decision_lines
 
 SLO = "ttft_p95=1,tpot_p95=0.1"
 
@@ -218,3 +219,25 @@ def test_the_bounds_figures_sit_beside_the_ladders_read_with_them(tmp_path):
     cells = {r["name"]: r["capacity"] for r in json.loads(write_report(report, tmp_path)["json"].read_text())["rows"]}
     assert cells["fp8"]["bound_figures"] == figures and "bound_figures" not in cells["baseline"]
     assert "What bounds each ladder" not in render_markdown(build_report([baseline], title="t", environment={}))
+
+
+@pytest.mark.parametrize("held, said", [
+    ((), "1.15 x the baseline on vLLM defaults"),
+    (("fp8",), "at least 1.15 x the baseline on vLLM defaults (its ladder held its top)"),
+    (("baseline",), "at most 1.15 x the baseline on vLLM defaults (the baseline's ladder held its top)"),
+    (("fp8", "baseline"), "a ratio the ladders do not bound (1.15 x at their tops; both held them"),
+])
+def test_a_capacity_whose_ladder_held_its_top_bounds_the_ratio_only_one_way(held, said):
+    # 12-06's H100: bf16 held 31.2 req/s and fp8 36, each its ladder's top; "1.15 x" alone read as a gain
+    def capped(name, goodput):
+        c = cell(goodput, load=goodput)
+        c.reason = "max_reached" if name in held else "bracketed"
+        return c
+    rows = [row("baseline", capped("baseline", 31.2), recovery=1.0, gate="reference", baseline=True),
+            row("fp8", capped("fp8", 36.0), recovery=0.99)]
+    d = decide(rows)
+    assert d.recommended.variant == "fp8" and said in d.summary
+    # the report's own line under the recommendation bounds it the same way
+    line = next(x for x in decision_lines(SimpleNamespace(decision=d, tiers=[], slo_definition=None)) if x.startswith("vs the baseline"))
+    assert {(): ": 1.15 x", ("fp8",): ": at least 1.15 x", ("baseline",): ": at most 1.15 x",
+            ("fp8", "baseline"): ": not bounded (1.15 x"}[held] in line
