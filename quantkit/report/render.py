@@ -241,7 +241,9 @@ def bound_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], str] 
             step, util = f.get("step_s"), f.get("gpu_util_mean")
             out.append([r.name, c.label, c.bound or DASH, cores(f, "engine_core"), cores(f, "api_server"),
                         fmt(f.get("worker_cores")), fmt(f.get("client_cores")), fmt(util) + "%" if util is not None else DASH,
-                        fmt(f.get("gpu_sm_clock_mhz")), fmt(step * 1000 if step is not None else None),
+                        fmt(f.get("gpu_sm_clock_mhz")) + (f" (power-capped {f['gpu_power_capped']:.0%})"
+                                                          if f.get("gpu_power_capped") else ""),
+                        fmt(step * 1000 if step is not None else None),
                         fmt(f.get("decode_batch_mean"))])
     if not out:
         return None
@@ -254,7 +256,8 @@ def bound_table(rows: list[Any]) -> tuple[str, list[str], list[list[str]], str] 
             "over the point; engine core and API server: the busiest process's mean (max: the role's busiest "
             "interval), workers and client: all of their processes. host: an API server process at "
             f"{HOST_BUSY:g} of a core or more, or, on a GPU below {GPU_BUSY:g}% busy, the engine core at {HOST_BUSY:g} "
-            "or more (on a CPU backend the engine core's time is the compute's). step: wall time per engine step "
+            "or more (on a CPU backend the engine core's time is the compute's). power-capped: the share of the "
+            "point's seconds NVML said the power limit held the SM clock down. step: wall time per engine step "
             "(vLLM's counters, idle time included); decode batch: tokens generated per step.")
 
 

@@ -221,3 +221,13 @@ def test_bench_capacity_prints_the_bounds_figures_in_its_bound_lines(capsys):
     assert "bound: host: " in out and "\n  figures: engine core 0.95 cores, API server 0.40 cores, " in out
     _print_capacity(SimpleNamespace(**{**vars(result), "bound": classify(c["point"], c["serve_config"])}))
     assert "figures:" not in capsys.readouterr().out  # a bound read without them: its lines as before
+
+
+def test_a_busy_gpu_held_by_its_power_limit_is_compute_and_says_so():
+    # 12-06's H100 at bf16's top: 92% busy, the clock down to 1,748 MHz at 671 of 700 W
+    c = case("compute")
+    point = with_host(c["point"], engine_core=0.71, api_server=0.64, gpu_util=92.0)
+    point["gpus"] = [{**point["gpus"][0], "sm_clock_mean_mhz": 1748.0, "power_capped": 0.8}]
+    bound = classify(point, c["serve_config"])
+    assert bound.kind == "compute" and bound.figures["gpu_power_capped"] == 0.8
+    assert "at 1748 MHz, its clock held by the power limit 80% of the time" in bound.evidence

@@ -8,6 +8,7 @@ import types
 
 import pytest
 
+from quantkit.measure.observe import bounds as bounds_mod
 from quantkit.measure.observe import gpu as gpu_mod
 from quantkit.measure.observe.metrics import PointMonitor, parse, slope, summarize
 
@@ -210,3 +211,46 @@ def test_monitor_samples_gpus(monkeypatch):
         time.sleep(0.08)
     gpus = m.gpu_summary()
     assert [g["index"] for g in gpus] == [0, 1] and gpus[0]["samples"] >= 3
+
+
+class CappedNvml(FakeNvml):
+    """GPU 0 at its power limit in 3 of 4 samples (once with the hardware power brake), hot in 1;
+    GPU 1's board answers neither the limit nor the reasons."""
+
+    def __init__(self):
+        super().__init__()
+        self.reads = 0
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h):
+        if h == "h1":
+            raise self.NVMLError("Not Supported")
+        return 700_000  # milliwatts
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h):
+        if h == "h1":
+            raise self.NVMLError("Not Supported")
+        self.reads += 1
+        return {1: 0x4, 2: 0x4 | 0x20, 3: 0x80, 4: 0x1}[self.reads]  # power; power+heat; brake; idle
+
+
+def test_the_power_limit_and_what_held_the_clock_are_read(monkeypatch):
+    # 12-06's H100: a busy GPU whose SM clock fell to 1,748 MHz mean at 671 W; the reasons say why
+    monkeypatch.setitem(sys.modules, "pynvml", CappedNvml())
+    reader = gpu_mod.open_gpus()
+    (g0, g1) = gpu_mod.summarize_gpus([reader.sample() for _ in range(4)], reader)
+    assert g0.power_limit_w == pytest.approx(700) and g0.power_capped == 0.75 and g0.thermal_capped == 0.25
+    assert g1.power_limit_w is None and g1.power_capped is None and g1.thermal_capped is None
+    point = {"gpus": [g0.model_dump(), g1.model_dump()]}
+    assert bounds_mod.host_figures(point)["gpu_power_capped"] == 0.75
+    assert "power-capped 75% of the time" in bounds_mod.figures_text(
+        {"engine_core_busiest": 0.7, **bounds_mod.host_figures(point)})
+
+
+def test_an_older_nvidia_ml_py_reads_the_same_bits_by_the_old_name(monkeypatch):
+    fake = CappedNvml()
+    fake.nvmlDeviceGetCurrentClocksThrottleReasons = fake.nvmlDeviceGetCurrentClocksEventReasons
+    monkeypatch.setattr(CappedNvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    reader = gpu_mod.open_gpus()
+    (g0, _) = gpu_mod.summarize_gpus([reader.sample() for _ in range(4)], reader)
+    assert g0.power_capped == 0.75

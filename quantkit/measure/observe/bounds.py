@@ -117,6 +117,8 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
     figures.update(host_figures(point))
     if "gpu_sm_clock_mhz" in figures:
         busy += f" at {figures['gpu_sm_clock_mhz']:.0f} MHz"
+    if figures.get("gpu_power_capped"):
+        busy += f", its clock held by the power limit {figures['gpu_power_capped']:.0%} of the time"
     if unmeasured := (point.get("host") or {}).get("unmeasured"):
         busy += f"; host CPU not measured ({unmeasured})"
 
@@ -193,6 +195,10 @@ def host_figures(point: dict[str, Any]) -> dict[str, float]:
               if isinstance(g.get("sm_clock_mean_mhz"), (int, float))]
     if clocks:  # the busiest GPU's, as its utilization is quoted
         out["gpu_sm_clock_mhz"] = max(clocks)[1]
+    capped = [(g.get("util_mean") or 0.0, g["power_capped"]) for g in point.get("gpus") or []
+              if isinstance(g.get("power_capped"), (int, float))]
+    if capped:  # a busy GPU at a lowered clock, with NVML naming the power limit: compute at its power budget
+        out["gpu_power_capped"] = max(capped)[1]
     if (step := _get(point.get("server_metrics"), "step_s")) is not None:
         out["step_s"] = step
     return out
@@ -218,6 +224,7 @@ _SHOWN: tuple[tuple[str, Callable[[float], str]], ...] = (
     ("client_cores", lambda v: f"client {v:.2f} cores"),
     ("gpu_util_mean", lambda v: f"GPU {v:.0f}% busy"),
     ("gpu_sm_clock_mhz", lambda v: f"SM clock {v:.0f} MHz"),
+    ("gpu_power_capped", lambda v: f"power-capped {v:.0%} of the time"),
     ("step_s", lambda v: f"step {v * 1000:.3g} ms"),
     ("decode_batch_mean", lambda v: f"decode batch {v:.1f}"),
 )

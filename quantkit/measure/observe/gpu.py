@@ -1,4 +1,5 @@
-"""Each GPU's utilization, SM clock, memory and power during a load point, through NVML (nvidia-ml-py).
+"""Each GPU's utilization, SM clock (and what held it down), memory and power during a load point,
+through NVML (nvidia-ml-py).
 
 `open_gpus()` returns a reader of the GPUs this process may use (CUDA_VISIBLE_DEVICES by index or
 UUID, else all), or None where there is no NVML (no driver, no GPU, the CPU machines): the point
@@ -28,6 +29,16 @@ class GpuSummary(BaseModel):
     memory_total_gib: float | None = None
     power_mean_w: float | None = None
     power_max_w: float | None = None
+    power_limit_w: float | None = None  # the enforced board limit
+    # shares of the samples whose clock NVML said was held down, and why (its clock event reasons):
+    # by the power limit (software cap or hardware power brake), or by heat
+    power_capped: float | None = None
+    thermal_capped: float | None = None
+
+
+# NVML's clock event ("throttle") reason bits, as nvidia-ml-py names them
+POWER_CAP_BITS = 0x4 | 0x80  # nvmlClocksEventReasonSwPowerCap, ...HwPowerBrakeSlowdown
+THERMAL_BITS = 0x8 | 0x20 | 0x40  # ...HwSlowdown, ...SwThermalSlowdown, ...HwThermalSlowdown
 
 
 class GpuReader:
@@ -39,6 +50,10 @@ class GpuReader:
         self.names: dict[int, str | None] = {}
         self.totals: dict[int, float | None] = {}
         self.clock_limits: dict[int, float | None] = {}
+        self.power_limits: dict[int, float | None] = {}
+        # nvidia-ml-py 12.535 renamed "throttle reasons" to "clock event reasons"; either reads the same bits
+        self.reasons = (getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+                        or getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None))
         for index, handle in handles:
             try:
                 name = nvml.nvmlDeviceGetName(handle)
@@ -53,6 +68,10 @@ class GpuReader:
                 self.clock_limits[index] = float(nvml.nvmlDeviceGetMaxClockInfo(handle, nvml.NVML_CLOCK_SM))
             except nvml.NVMLError:
                 self.clock_limits[index] = None
+            try:
+                self.power_limits[index] = nvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000.0  # milliwatts
+            except (nvml.NVMLError, AttributeError):
+                self.power_limits[index] = None
 
     def sample(self) -> list[dict[str, float]]:
         out = []
@@ -71,6 +90,11 @@ class GpuReader:
                 row["sm_clock_mhz"] = float(self.nvml.nvmlDeviceGetClockInfo(handle, self.nvml.NVML_CLOCK_SM))
             except self.nvml.NVMLError:
                 pass
+            if self.reasons is not None:
+                try:
+                    row["clock_reasons"] = int(self.reasons(handle))
+                except self.nvml.NVMLError:
+                    pass
             out.append(row)
         return out
 
@@ -135,7 +159,7 @@ def open_gpus() -> GpuReader | None:
 
 def summarize_gpus(samples: list[list[dict[str, float]]], reader: GpuReader | None = None) -> list[GpuSummary]:
     """Per GPU: mean and max utilization, mean and lowest SM clock, peak memory, mean and max power
-    over the samples."""
+    against the board's limit, and the share of samples whose clock was held by power or heat."""
     by_gpu: dict[int, list[dict[str, float]]] = {}
     for tick in samples:
         for row in tick:
@@ -144,6 +168,7 @@ def summarize_gpus(samples: list[list[dict[str, float]]], reader: GpuReader | No
     for index, rows in sorted(by_gpu.items()):
         power = [r["power_w"] for r in rows if "power_w" in r]
         clock = [r["sm_clock_mhz"] for r in rows if "sm_clock_mhz" in r]
+        reasons = [int(r["clock_reasons"]) for r in rows if "clock_reasons" in r]
         out.append(GpuSummary(
             index=index, samples=len(rows),
             name=reader.names.get(index) if reader else None,
@@ -153,8 +178,14 @@ def summarize_gpus(samples: list[list[dict[str, float]]], reader: GpuReader | No
             sm_clock_limit_mhz=reader.clock_limits.get(index) if reader else None,
             memory_used_max_gib=max(r["memory_gib"] for r in rows),
             power_mean_w=sum(power) / len(power) if power else None, power_max_w=max(power) if power else None,
+            power_limit_w=reader.power_limits.get(index) if reader else None,
+            power_capped=_share(reasons, POWER_CAP_BITS), thermal_capped=_share(reasons, THERMAL_BITS),
         ))
     return out
+
+
+def _share(reasons: list[int], bits: int) -> float | None:
+    return sum(1 for r in reasons if r & bits) / len(reasons) if reasons else None
 
 
 def gpu_count() -> int:
