@@ -13,7 +13,9 @@
 #   L4096@S  the same ladder at 4,096 in / 512 out
 # While the conversions run, a 2-layer model of the same shape is served once with a small memory
 # share, so the first real start finds vLLM's JIT caches warm (a fresh machine's first start pays
-# ~100 s of compilation; the warm-up overlaps it with the conversions, which do not need vLLM).
+# ~100 s of compilation; the warm-up overlaps it with the conversions, which do not need vLLM). On
+# 12-06's H100s: a cold first bf16 server 209 s (97 s of it JIT after the CUDA graphs); the warm-up
+# 149 s, then warm servers 60-89 s; bundle calls ~4 s each and the install ~60 s.
 # Run from the repository root on the GPU machine.
 #
 # Carrying (64 MiB per call; the working tree is ~11 MB): .gpu/bundle/chunk-NN (the offline bundle,
