@@ -15,7 +15,7 @@ from fixtures.idle import wait_idle
 
 pytestmark = pytest.mark.integration
 
-TASK, LIMIT, STEP, SEED = "arc_easy", 30, 30, 1234
+TASK, LIMIT, STEP, SEED = "arc_easy", 30, 10, 1234
 
 
 def _evaluate(server, folder: Path, out: Path):

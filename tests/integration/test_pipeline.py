@@ -103,6 +103,22 @@ def server_pids(pid: int) -> list[int]:
         return []
 
 
+def wait_server(pid: int, timeout: float = 120) -> list[int]:
+    """The pids under `pid` once one of them runs vLLM."""
+    deadline = time.monotonic() + timeout
+    while not any("vllm" in _cmdline(p) for p in server_pids(pid)):
+        assert time.monotonic() < deadline, f"no vLLM server under {pid}"
+        time.sleep(0.2)
+    return server_pids(pid)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return ""
+
+
 def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(tiny_llama_dir, tmp_path):
     """One run recipe proves the run's bookkeeping and its decision: every stage kind (convert,
     capacity, bench, eval, tune), interrupted twice, resumed one variant per call (as a matrix split
@@ -113,10 +129,12 @@ def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(t
     db = home / "results.db"
     started = time.monotonic()
 
-    # 1. SIGINT once the baseline's bench is stored: the server goes, the store stays consistent
+    # 1. SIGINT once the baseline's tuning trial starts its own vLLM server: the server goes, the store
+    # stays consistent. The stages on the lane's server (capacity, bench, eval) are stored by then, so
+    # no resume starts that server again.
     proc = start(recipe, home, report)
-    wait_for(db, "SELECT COUNT(*) FROM records WHERE variant='baseline' AND kind='bench' AND status='done'")
-    children = server_pids(proc.pid)
+    wait_for(db, "SELECT COUNT(*) FROM records WHERE variant='baseline' AND kind='trial' AND status='running'")
+    children = wait_server(proc.pid)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err
@@ -127,7 +145,8 @@ def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(t
     wait_for(db, f"SELECT COUNT(*) FROM records WHERE variant='{SERVED}' AND status='running'")
     children = server_pids(proc.pid)
     proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=60)
+    _, err = proc.communicate(timeout=60)
+    assert "[baseline] eval: done earlier" in err  # the interrupted variant's stored stages are not redone
     assert vllm_descendants_gone(None, children), "vLLM processes outlived a SIGKILLed run"
 
     # 3. resume one variant per call; the store joins them. bad-rope's failed stages: exit 1
