@@ -18,7 +18,7 @@ joins that cluster as a driver (it must run on a node of the cluster: the store 
   after that its open and pending stages are recorded failed with the reason, and the other lanes
   go on. Ctrl-C (or SIGTERM) cancels every lane: each task gets KeyboardInterrupt, so its vLLM
   server is torn down and its records say interrupted; a task still running after a grace period
-  is killed, and its server goes down with it (PR_SET_PDEATHSIG).
+  is killed, and its server goes down with it (the server's watchdog, serve/group.Reaper).
 """
 
 from __future__ import annotations
@@ -337,7 +337,7 @@ def worker_env() -> dict[str, str]:
     env.setdefault("COLUMNS", os.environ.get("COLUMNS", "200"))
     # A worker that dies (its node lost, a forced cancel) must not SIGKILL its children on the
     # way out, as Ray does by default: that kills a vLLM server's API process alone and orphans
-    # its engine and workers. Left alone, the server gets SIGTERM from the kernel
-    # (PR_SET_PDEATHSIG) and vLLM stops its own children.
+    # its engine and workers. Left alone, the server's watchdog (serve/group.Reaper) ends its whole
+    # process group: SIGTERM, then SIGKILL after the grace period.
     env["RAY_kill_child_processes_on_worker_exit"] = "0"
     return env

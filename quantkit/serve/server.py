@@ -22,7 +22,8 @@ it (start_new_session), so teardown is one `killpg`: SIGTERM, a grace period, th
 whatever is left. It runs on normal exit, on exceptions, on Ctrl-C (KeyboardInterrupt), on SIGTERM
 (turned into KeyboardInterrupt while a server is live, if nobody else handles SIGTERM), and at
 interpreter exit (atexit). If quantkit itself is SIGKILLed, the server leader gets SIGTERM from the
-kernel (PR_SET_PDEATHSIG) and vLLM shuts its own children down.
+kernel (PR_SET_PDEATHSIG), and a watchdog in its own session (group.Reaper) sees quantkit's pipe
+close and ends the whole group, SIGKILL after the grace period: a vLLM still starting ignores SIGTERM.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from .config import ServeConfig
 from . import flag_support
 from .formats import check_quantization_flag
 from .hardware_fit import check_servable, gpu_capability, serve_defaults, serving_dtype
-from .group import group_alive, killpg
+from .group import Reaper, group_alive, killpg
 from ..machine import cpu_isa, has_gpu
 from ..secrets import strip_url_credentials
 from .env import (MASK, api_key_of, auth_headers, check_port, free_port, hide_secret, private_rpc_dir, raise_if_refused, serve_env,
@@ -148,6 +149,7 @@ class VLLMServer:
         self.model_name = self.model_dir.name
         self.proc: subprocess.Popen | None = None
         self.pgid: int | None = None
+        self._reaper: Reaper | None = None
         self.info: ServerInfo | None = None
         self._log_file = None
         self._old_sigterm = None
@@ -243,6 +245,7 @@ class VLLMServer:
                 preexec_fn=_pdeathsig if sys.platform.startswith("linux") else None,
             )
             self.pgid = self.proc.pid  # a new session's leader: pgid == pid
+            self._reaper = Reaper(self.pgid)  # ends the group should quantkit die without stopping it
             self._activity = begin_activity(f"the vLLM server for {self.model_name} (pid {self.pgid})")
             with _LIVE_LOCK:
                 _LIVE.add(self)
@@ -355,6 +358,9 @@ class VLLMServer:
             finally:
                 with _LIVE_LOCK:
                     _LIVE.discard(self)
+                if self._reaper is not None:
+                    self._reaper.release()
+                    self._reaper = None
         if self._log_file is not None:
             self._log_file.close()
             self._log_file = None

@@ -71,6 +71,24 @@ def wait_children(proc: subprocess.Popen, timeout: float = 60) -> list[psutil.Pr
     return found
 
 
+def wait_engine(proc: subprocess.Popen, timeout: float = 120) -> list[psutil.Process]:
+    """quantkit's processes once vLLM's EngineCore runs among them (its API server, the engine, the watchdog)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = descendants(proc.pid)
+        if any("EngineCore" in " ".join(_cmdline(p)) for p in found):
+            return found
+        assert proc.poll() is None and time.monotonic() < deadline, "vLLM's engine never started"
+        time.sleep(0.2)
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return []
+
+
 def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)
@@ -116,7 +134,8 @@ def expect_record(home: Path, sig: int) -> None:
     assert statuses[-1] == ("running" if sig == signal.SIGKILL else "interrupted"), statuses
 
 
-# make test: Ctrl-C; make test-slow: SIGTERM, and SIGKILL (PDEATHSIG also ends test_pipeline's killed run's server)
+# make test: Ctrl-C; make test-slow: SIGTERM, and SIGKILL once the engine starts (test_reaper proves the
+# watchdog on a stand-in in make test)
 @pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow),
                                  pytest.param(signal.SIGKILL, marks=pytest.mark.slow)], ids=["int", "term", "kill"])
 def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
@@ -124,7 +143,9 @@ def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
     proc = start(["bench", smollm2_dir, "--enforce-eager", "-c", "1", "--results-dir", tmp_path], tmp_path, log)
     try:
         wait_for(log, "starting vLLM", proc)
-        server = wait_children(proc)
+        # SIGKILL once vLLM's engine is starting: the state in which vLLM caught the kernel's SIGTERM
+        # and carried on (12-06); the watchdog (serve/group.Reaper) must end the group then
+        server = wait_engine(proc) if sig == signal.SIGKILL else wait_children(proc)
         rc, took = interrupt(proc, sig)
     finally:
         if proc.poll() is None:
@@ -134,7 +155,8 @@ def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
         text = log.read_text()
         assert ("Ctrl-C" if sig == signal.SIGINT else "SIGTERM") + ": stopping the vLLM server for" in text, text
         assert took < 15, f"an interrupted start took {took:.1f} s to end"  # not the 15 s grace of a live server
-    # SIGKILL: nothing in quantkit runs; the kernel's PDEATHSIG ends the server leader, which ends its children
+    # SIGKILL: nothing in quantkit runs; its watchdog sees its pipe close and ends the group (SIGTERM,
+    # then SIGKILL after the 15-s grace), the kernel's PDEATHSIG SIGTERMs the leader
     assert all_gone(server, 60 if sig == signal.SIGKILL else 10), "vLLM outlived the interrupted start"
 
 
