@@ -86,15 +86,21 @@ def gone_within(pgid: int, seconds: float) -> float | None:
     return None
 
 
-@pytest.mark.parametrize("mode", ["honour", "ignore"])
-def test_a_sigkilled_owner_leaves_no_server_behind(tmp_path, mode):
-    owner, pgid, _ = run_owner(tmp_path, mode)
+def kill_owner(tmp_path: Path, mode: str, spawn_after: bool = False) -> float | None:
+    """SIGKILL the owner; how long its server's group outlived it (None: still up after the grace + 10 s)."""
+    owner, pgid, _ = run_owner(tmp_path, mode, spawn_after)
     try:
         owner.kill()
         owner.wait()
-        took = gone_within(pgid, GRACE + 10)
+        return gone_within(pgid, GRACE + 10)
     finally:
-        os.killpg(pgid, signal.SIGKILL) if group_alive(pgid) else None
+        if group_alive(pgid):  # the test failed: leave nothing behind
+            os.killpg(pgid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("mode", ["honour", "ignore"])
+def test_a_sigkilled_owner_leaves_no_server_behind(tmp_path, mode):
+    took = kill_owner(tmp_path, mode)
     assert took is not None, "the server's group outlived its SIGKILLed owner"
     marks = sorted(p.name for p in tmp_path.glob("term.*"))
     # SIGTERM first, to both: a server that honours it is gone at once, one that ignores it at the grace's end
@@ -106,13 +112,7 @@ def test_a_sigkilled_owner_leaves_no_server_behind(tmp_path, mode):
 
 
 def test_a_later_child_of_the_owner_does_not_keep_the_watchdog_waiting(tmp_path):
-    owner, pgid, _ = run_owner(tmp_path, "ignore", spawn_after=True)
-    try:
-        owner.kill()
-        owner.wait()
-        took = gone_within(pgid, GRACE + 10)
-    finally:
-        os.killpg(pgid, signal.SIGKILL) if group_alive(pgid) else None
+    took = kill_owner(tmp_path, "ignore", spawn_after=True)
     assert took is not None, "the watchdog never saw its owner die: a later child held its pipe open"
 
 
