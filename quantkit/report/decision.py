@@ -95,7 +95,9 @@ class CapacityCell(BaseModel):
 def ratio_held(best: CapacityCell, baseline: CapacityCell | None) -> str | None:
     """How the winner's ratio to the baseline is bounded: "" (both bracketed), "at least ", "at most ",
     or None (both ladders held their top loads, so neither capacity, nor the ratio, is bounded above)."""
-    open_best = best.reason == "max_reached" and best is not baseline
+    if best is baseline:
+        return ""  # the baseline against itself: 1.00 x, whatever its ladder
+    open_best = best.reason == "max_reached"
     open_base = baseline is not None and baseline.reason == "max_reached"
     if open_best and open_base:
         return None

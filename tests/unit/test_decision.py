@@ -241,3 +241,10 @@ def test_a_capacity_whose_ladder_held_its_top_bounds_the_ratio_only_one_way(held
     line = next(x for x in decision_lines(SimpleNamespace(decision=d, tiers=[], slo_definition=None)) if x.startswith("vs the baseline"))
     assert {(): ": 1.15 x", ("fp8",): ": at least 1.15 x", ("baseline",): ": at most 1.15 x",
             ("fp8", "baseline"): ": not bounded (1.15 x"}[held] in line
+
+
+def test_the_baseline_recommended_against_itself_is_one_whatever_its_ladder():
+    base = cell(31.2, load=31.2)
+    base.reason = "max_reached"
+    d = decide([row("baseline", base, recovery=1.0, gate="reference", baseline=True)])
+    assert "1.00 x the baseline on vLLM defaults" in d.summary and "at most" not in d.summary
