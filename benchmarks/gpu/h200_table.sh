@@ -44,8 +44,8 @@
 #   PLAN="bf16:bf16::L512@30 fp8:fp8::L512@35 fp8-host:fp8:--api-server-count=4,--stream-interval=16:L512@35" HI_FACTOR=1.3
 # (starts from 12-06's loads: an H200 machine saturated bf16 at 28.6, an H100 held bf16 at 31.2 and
 # fp8 at 36; a ladder whose top holds goes on from it) the defaults of bf16 and fp8, then fp8 with the
-# host levers (more API servers, fewer stream
-# chunks); a lever that moves the fp8 ceiling is the host's proof. The tuner (quantkit tune, one
+# host levers (more API servers, fewer stream chunks); a lever that moves the fp8 ceiling is the
+# host's proof. The tuner (quantkit tune, one
 # server per trial, ~6-7 min a trial on the GPU) needs more than one session's 30 minutes.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
@@ -103,7 +103,7 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
   IFS=, read -r wmin wmax wwarm <<< "$WINDOW"
   [ $long = 0 ] || wwarm=$(( wwarm * 3 ))  # a long request takes longer to reach steady state
   local name=cap-$label-$( [ $long = 0 ] && echo short || echo long )
-  start=$(python3 -c "print(round($start * $SCALE, 1))")  # the plan's loads are an H200's
+  start=$(python3 -c "print(round($start * $SCALE, 1))")  # LOAD_SCALE (orchestrate)
   [ "$(left)" -gt 150 ] || { log "$name: skipped, $(left) s left"; return; }
   log "$name: start from $start req/s"
   timeout -s INT -k 60 $(( $(left) - 10 )) "${QK[@]}" bench "$dir" --url $URL --max-model-len $MAXLEN "$@" \

@@ -22,6 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 from fixtures.cpu import SERVED_ENTRY
+from fixtures.groups import wait_descendant
 from fixtures.idle import ClientExited, served, wait_busy, wait_served
 from fixtures.trials import decisive, over_before
 
@@ -69,24 +70,6 @@ def wait_children(proc: subprocess.Popen, timeout: float = 60) -> list[psutil.Pr
         assert proc.poll() is None and time.monotonic() < deadline, "no vLLM process to stop"
         time.sleep(0.1)
     return found
-
-
-def wait_engine(proc: subprocess.Popen, timeout: float = 120) -> list[psutil.Process]:
-    """quantkit's processes once vLLM's EngineCore runs among them (its API server, the engine, the watchdog)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = descendants(proc.pid)
-        if any("EngineCore" in " ".join(_cmdline(p)) for p in found):
-            return found
-        assert proc.poll() is None and time.monotonic() < deadline, "vLLM's engine never started"
-        time.sleep(0.2)
-
-
-def _cmdline(p: psutil.Process) -> list[str]:
-    try:
-        return p.cmdline()
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-        return []
 
 
 def descendants(pid: int) -> list[psutil.Process]:
@@ -145,7 +128,7 @@ def test_signal_during_server_start(smollm2_dir, tmp_path, sig):
         wait_for(log, "starting vLLM", proc)
         # SIGKILL once vLLM's engine is starting: the state in which vLLM caught the kernel's SIGTERM
         # and carried on (12-06); the watchdog (serve/group.Reaper) must end the group then
-        server = wait_engine(proc) if sig == signal.SIGKILL else wait_children(proc)
+        server = wait_descendant(proc.pid, "EngineCore") if sig == signal.SIGKILL else wait_children(proc)
         rc, took = interrupt(proc, sig)
     finally:
         if proc.poll() is None:

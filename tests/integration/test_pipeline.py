@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from fixtures.cpu import SERVED, SERVED_ENTRY
+from fixtures.groups import wait_descendant
 
 from quantkit.store import Store
 
@@ -103,22 +104,6 @@ def server_pids(pid: int) -> list[int]:
         return []
 
 
-def wait_server(pid: int, timeout: float = 120) -> list[int]:
-    """The pids under `pid` once one of them runs vLLM."""
-    deadline = time.monotonic() + timeout
-    while not any("vllm" in _cmdline(p) for p in server_pids(pid)):
-        assert time.monotonic() < deadline, f"no vLLM server under {pid}"
-        time.sleep(0.2)
-    return server_pids(pid)
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return " ".join(psutil.Process(pid).cmdline())
-    except psutil.Error:
-        return ""
-
-
 def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(tiny_llama_dir, tmp_path):
     """One run recipe proves the run's bookkeeping and its decision: every stage kind (convert,
     capacity, bench, eval, tune), interrupted twice, resumed one variant per call (as a matrix split
@@ -134,7 +119,7 @@ def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(t
     # no resume starts that server again.
     proc = start(recipe, home, report)
     wait_for(db, "SELECT COUNT(*) FROM records WHERE variant='baseline' AND kind='trial' AND status='running'")
-    children = wait_server(proc.pid)
+    children = [p.pid for p in wait_descendant(proc.pid, "vllm")]
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=180)
     assert proc.returncode == 130, err

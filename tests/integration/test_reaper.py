@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from quantkit.serve.group import Reaper, group_alive
+from fixtures.groups import group_gone, group_members
+from quantkit.serve.group import Reaper
 
 GRACE = 1.5
 
@@ -52,7 +53,7 @@ def owner_code(grace: float, spawn_after: bool) -> str:
         reaper = Reaper(leader.pid, grace={grace})
         if {spawn_after}:
             subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
-        print(leader.pid, reaper.proc.pid, flush=True)
+        print(leader.pid, flush=True)
         time.sleep(600)
     """)
 
@@ -61,26 +62,19 @@ def run_owner(tmp_path: Path, mode: str, spawn_after: bool = False):
     env = {**os.environ, "QK_STANDIN": STANDIN}
     owner = subprocess.Popen([sys.executable, "-c", owner_code(GRACE, spawn_after), str(tmp_path / "term"), mode],
                              stdout=subprocess.PIPE, text=True, env=env)
-    pgid, watchdog = map(int, owner.stdout.readline().split())
+    pgid = int(owner.stdout.readline())
     deadline = time.monotonic() + 20
-    while len([p for p in os.listdir("/proc") if p.isdigit() and _pgid(p) == pgid]) < 2:  # leader and engine up
+    while len(group_members(pgid)) < 2:  # leader and engine up
         assert time.monotonic() < deadline, "the stand-in server did not start its engine"
         time.sleep(0.05)
     time.sleep(0.3)  # both have installed their SIGTERM handlers
-    return owner, pgid, watchdog
-
-
-def _pgid(pid: str) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[2])
-    except (OSError, IndexError, ValueError):
-        return None
+    return owner, pgid
 
 
 def gone_within(pgid: int, seconds: float) -> float | None:
     start = time.monotonic()
     while time.monotonic() - start < seconds:
-        if not group_alive(pgid):
+        if group_gone(pgid):  # read as a user would (psutil), apart from the code under test
             return time.monotonic() - start
         time.sleep(0.05)
     return None
@@ -88,13 +82,13 @@ def gone_within(pgid: int, seconds: float) -> float | None:
 
 def kill_owner(tmp_path: Path, mode: str, spawn_after: bool = False) -> float | None:
     """SIGKILL the owner; how long its server's group outlived it (None: still up after the grace + 10 s)."""
-    owner, pgid, _ = run_owner(tmp_path, mode, spawn_after)
+    owner, pgid = run_owner(tmp_path, mode, spawn_after)
     try:
         owner.kill()
         owner.wait()
         return gone_within(pgid, GRACE + 10)
     finally:
-        if group_alive(pgid):  # the test failed: leave nothing behind
+        if not group_gone(pgid):  # the test failed: leave nothing behind
             os.killpg(pgid, signal.SIGKILL)
 
 

@@ -191,14 +191,12 @@ def host_figures(point: dict[str, Any]) -> dict[str, float]:
             for key, name in (("cores_mean", "cores"), ("cores_max", "cores_max"), ("busiest", "busiest")):
                 if (value := _get(cpu, key)) is not None:
                     out[f"{role}_{name}"] = value
-    clocks = [(g.get("util_mean") or 0.0, g["sm_clock_mean_mhz"]) for g in point.get("gpus") or []
-              if isinstance(g.get("sm_clock_mean_mhz"), (int, float))]
-    if clocks:  # the busiest GPU's, as its utilization is quoted
-        out["gpu_sm_clock_mhz"] = max(clocks)[1]
-    capped = [(g.get("util_mean") or 0.0, g["power_capped"]) for g in point.get("gpus") or []
-              if isinstance(g.get("power_capped"), (int, float))]
-    if capped:  # a busy GPU at a lowered clock, with NVML naming the power limit: compute at its power budget
-        out["gpu_power_capped"] = max(capped)[1]
+    # the busiest GPU's, as its utilization is quoted; power-capped: its clock held by the power limit
+    for key, name in (("sm_clock_mean_mhz", "gpu_sm_clock_mhz"), ("power_capped", "gpu_power_capped")):
+        readings = [(g.get("util_mean") or 0.0, g[key]) for g in point.get("gpus") or []
+                    if isinstance(g.get(key), (int, float))]
+        if readings:
+            out[name] = max(readings)[1]
     if (step := _get(point.get("server_metrics"), "step_s")) is not None:
         out["step_s"] = step
     return out
