@@ -96,15 +96,23 @@ def test_tune_resumes_after_sigint(tiny_llama_dir, tmp_path):
     assert sorted(str(t["params"]["max_num_seqs"]) for t in trials) == ["2", "4", "None"]
     assert trials[0]["reused"] and trials[0]["label"] == "defaults"  # measured before the interrupt, not redone
     assert not any(t["reused"] for t in trials[1:])
-    assert result["best"] is not None and result["defaults"]["label"] == "defaults"
-    if result["defaults"]["value"]:
-        assert result["gain"] > 0
-    else:  # on 2 cores vLLM can starve the client at the base trial's first point: said, no gain
-        assert result["defaults"]["error"].startswith("no trusted capacity") and result["gain"] is None
-        assert result["defaults"]["bound"]["kind"] == "client"
-    assert result["best"]["command"].startswith("vllm serve ") and "--enforce-eager" in result["best"]["command"]
+    assert result["defaults"]["label"] == "defaults"
     for t in trials:
         assert t["state"] in ("complete", "pruned") and t["points"] >= 1 and t["bound"]["kind"]
+        if t["state"] == "complete" and not t["value"]:
+            # on 2 cores vLLM can starve the client at a trial's first point: said, never a figure
+            assert t["error"].startswith("no trusted capacity") and t["bound"]["kind"] == "client", t
+    if result["best"] is None:
+        # every trial's first point was client-limited (CI, 12-06: 33 s in, 94 s in all): the tuner
+        # recommends nothing and says why, instead of a configuration its client chose
+        assert all(not t["value"] for t in trials if t["state"] == "complete"), trials
+        assert "quantkit's client was limited" in result["best_reason"] and result["gain"] is None
+    elif result["defaults"]["value"]:
+        assert result["gain"] > 0
+    else:  # the base trial's first point alone was client-limited: said, no gain
+        assert result["gain"] is None and "no trusted capacity" in result["best_reason"]
+    if result["best"] is not None:
+        assert result["best"]["command"].startswith("vllm serve ") and "--enforce-eager" in result["best"]["command"]
     with Store(db) as store:
         done = [r for r in store.records(kind="trial", status="done")]
         assert len(done) == 3 and len({r.run_key for r in done}) == 3
