@@ -242,6 +242,16 @@ class Decision(BaseModel):
     notes: list[str] = Field(default_factory=list)
 
 
+def _served_as(method: str, serve_args: list[str]) -> str:
+    """The baseline's label is its checkpoint's dtype; on a CPU without native bf16 it served in
+    float32 (hardware_fit.serving_dtype), and the recommendation says so beside the command."""
+    if method == "bf16" and "--dtype" in serve_args[:-1]:
+        served = serve_args[serve_args.index("--dtype") + 1]
+        if served not in ("bfloat16", "bf16", "auto"):
+            return f"bf16 checkpoint served in {served}"
+    return method
+
+
 def _tie_key(band: list[Candidate]):
     # the baseline's recovery is 1.0 by definition: it does not out-rank a variant that passed its gate
     # (as accurate as the gate can tell), so it ranks with the best of them and flags, then size, decide
@@ -312,7 +322,7 @@ def decide(rows: list[Any]) -> Decision:
                  and best.cell.serve_args else " ".join(best.cell.serve_args) or "vLLM's defaults")
         rec = "" if best.recovery is None else f", recovery {best.recovery:.3f}" + (
             f" ± {best.recovery_stderr:.3f}" if best.recovery_stderr is not None else "") + from_proxy(best)
-        summary = (f"deploy {best.variant} ({best.method}) {'on' if flags.startswith('vLLM') else 'with'} {flags}: {best.cell.goodput:.2f} requests/s "
+        summary = (f"deploy {best.variant} ({_served_as(best.method, best.cell.serve_args)}) {'on' if flags.startswith('vLLM') else 'with'} {flags}: {best.cell.goodput:.2f} requests/s "
                    f"within {best.cell.slo} at {best.cell.load_text()}, {versus}{rec}"
                    + (f"; bound: {best.cell.bound}" if best.cell.bound else ""))
         if len(band) > 1:

@@ -125,7 +125,7 @@ def ratio_text(bracket: tuple[float | None, float | None] | None) -> str:
         return DASH
     low, high = bracket
     if low == high == 1.0:
-        return "1.00 x (bf16 itself)"
+        return "1.00 x (the baseline itself)"
     lower = f"{low:.2f}" if low is not None else "?"
     return f"{lower}-{high:.2f} x" if high is not None else f"{lower}+ x (open above)"
 

@@ -248,3 +248,14 @@ def test_the_baseline_recommended_against_itself_is_one_whatever_its_ladder():
     base.reason = "max_reached"
     d = decide([row("baseline", base, recovery=1.0, gate="reference", baseline=True)])
     assert "1.00 x the baseline on vLLM defaults" in d.summary and "at most" not in d.summary
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--dtype", "float32", "--enforce-eager"], "deploy baseline (bf16 checkpoint served in float32) on"),
+    (["--dtype", "bfloat16"], "deploy baseline (bf16) on"),
+    ([], "deploy baseline (bf16) on"),
+])
+def test_a_baseline_served_in_another_dtype_says_so_beside_its_label(args, said):
+    # an AVX2 CPU serves the bf16 checkpoint in float32 (the demo there, 12-06): "bf16" alone misleads
+    d = decide([row("baseline", cell(1.6, args=args), recovery=1.0, gate="reference", baseline=True)])
+    assert d.summary.startswith(said), d.summary
