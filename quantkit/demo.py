@@ -36,7 +36,9 @@ class DemoProfile:
 
 # Measured 2026-12-05 on a 2-core AMD EPYC with AVX-512 BF16, a fresh store each: natively (1,221 s;
 # probe bf16 187-193 GFLOP/s), and imitating AVX2 (QUANTKIT_CPU_ISA=avx2: vLLM-CPU's _C_AVX2
-# kernels, ATen and oneDNN held to AVX2; 738 s; probe float32 82-89 GFLOP/s). Serving is partly
+# kernels, ATen and oneDNN held to AVX2; 738 s; probe float32 82-89 GFLOP/s). On 12-06 a real
+# 2-core AVX2 EPYC (no AVX-512) took 935 s (probe float32 71 GFLOP/s; the estimate from the
+# imitation said 15 min): float32 reference. Serving is partly
 # memory-bound where the probe is not: on the AVX2 machine of issue 38 the probe read 11 GFLOP/s
 # (~8x below the imitation) while SmolLM2 served float32 ~1.5x slower, so on a CPU whose matmuls
 # are slow the estimate errs long.
@@ -49,8 +51,8 @@ NATIVE_BF16 = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16",
                           reference_s=1221.0 + 2 * FIDELITY_S, reference_gflops=190.0,
                           reference="2-core AMD EPYC, AVX-512 BF16")
 FLOAT32 = DemoProfile("demo-fp32", "the CPU would emulate bf16: served in float32, GPTQ and fidelity left out",
-                      "float32", reference_s=738.0, reference_gflops=85.0,
-                      reference="2-core AMD EPYC imitating AVX2 (QUANTKIT_CPU_ISA=avx2)")
+                      "float32", reference_s=935.0, reference_gflops=71.0,
+                      reference="2-core AMD EPYC with AVX2 (no AVX-512)")
 
 
 def profile_for(isa: CpuIsa | None = None) -> DemoProfile:
