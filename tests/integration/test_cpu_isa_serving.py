@@ -52,23 +52,30 @@ def _vllm_libraries(pgid: int) -> set[str]:
     return found
 
 
-def test_an_avx2_cpu_serves_float32_on_vllms_avx2_kernels(smollm2_dir, monkeypatch, tmp_path):
+def test_an_avx2_cpu_serves_float32_on_vllms_avx2_kernels(smollm2_dir, monkeypatch, tmp_path, request):
     """On an AVX-512 machine QUANTKIT_CPU_ISA=avx2 imitates an AVX2 one: vLLM-CPU loads `_C_AVX2`
-    (its feature probes answer as on AVX2) and quantkit serves float32; on an AVX2 machine this is
-    its own path, unchanged."""
+    (its feature probes answer as on AVX2) and quantkit serves float32 on its own server. On an AVX2
+    machine this is its own path: the suite's shared server is that server (one vLLM start fewer)."""
+    if cpu_isa().name == "avx2" and not cpu_isa().imitated:
+        server = request.getfixturevalue("shared_server")
+        _serves_float32_on_avx2_kernels(server, Path(server.log_path))
+        return
     monkeypatch.setenv("QUANTKIT_CPU_ISA", "avx2")
     with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=tmp_path / "avx2.log") as server:
-        libraries = _vllm_libraries(server.pgid)
-        info = server.info
-        answer = httpx.post(server.api_url + "/completions", timeout=120, json={
-            "model": server.model_name, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
-            "ignore_eos": True}).json()
+        _serves_float32_on_avx2_kernels(server, tmp_path / "avx2.log")
+
+
+def _serves_float32_on_avx2_kernels(server: VLLMServer, log: Path) -> None:
+    libraries = _vllm_libraries(server.pgid)
+    info = server.info
+    answer = httpx.post(server.api_url + "/completions", timeout=120, json={
+        "model": server.model_name, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+        "ignore_eos": True}).json()
     assert libraries == {"_C_AVX2"}, libraries
     assert info.dtype == "float32" and "AVX2" in info.dtype_reason and "emulated" in info.dtype_reason
     assert info.cpu_isa.startswith("AVX2")
     assert answer["usage"]["completion_tokens"] == 8
-    log = (tmp_path / "avx2.log").read_text()
-    assert "dtype=torch.float32" in log
+    assert "dtype=torch.float32" in log.read_text()
 
 
 def _refused(args: list[str], env_isa: str | None, tmp_path: Path) -> subprocess.CompletedProcess:
