@@ -9,7 +9,9 @@ ratio is far smaller than that of two independent runs. Two estimators, chosen p
   as (var q + r^2 var b - 2 r cov(q, b)) / (n mean(b)^2)). Closed form and deterministic: the
   statistic is a ratio of two means over hundreds of items, whose sampling distribution is
   close to normal, so a bootstrap would give the same width plus Monte-Carlo noise, at a cost.
-  The same variance tells how many items would decide a gate (`more_items`).
+  The same variance tells how many items would decide a gate (`more_items`). Where every item
+  scored alike on both, the sample variance is zero; half a discordant pair each way (Agresti &
+  Min, 2005) stands in for it, so agreement on few items never reads as certainty.
 - Word perplexity (lower is better): recovery = ppl(b) / ppl(q) = exp(sum(ll_q - ll_b) / words)
   over the same documents, with a seeded paired bootstrap over documents (percentile interval):
   the statistic is the exponential of a ratio of sums over a few dozen documents of very
@@ -77,8 +79,16 @@ def mean_ratio_paired(q: Sequence[float], b: Sequence[float]) -> Estimate:
     if bm == 0:
         return Estimate(None, None, None, None, n, "paired delta")
     r = qm / bm
-    se = math.sqrt(max(sample_variance([x - r * y for x, y in zip(q, b)]), 0.0) / n) / abs(bm) if n > 1 else None
-    return interval(r, se, n, "paired delta")
+    if n == 1:
+        return interval(r, None, n, "paired delta")
+    var = max(sample_variance([x - r * y for x, y in zip(q, b)]), 0.0)
+    if var <= 1e-15:
+        # every item scored alike on both: no disagreement seen is not none possible (30 agreeing
+        # items still allow ~10% discordance), and a zero-width interval would pass any gate. Half a
+        # discordant pair each way (Agresti & Min 2005, for paired 0/1 scores) gives the variance
+        # one disagreeing item would: an interval as wide as the nearest sample that shows one.
+        var = 1.0 / (n + 1)
+    return interval(r, math.sqrt(var / n) / abs(bm), n, "paired delta")
 
 
 def ratio_stderr(q: float, se_q: float | None, b: float, se_b: float | None) -> float | None:

@@ -63,15 +63,27 @@ def flip(scores: list[float], losses: int, gains: int = 0) -> list[float]:
 # The interval
 
 
-def test_identical_items_give_zero_paired_width_but_not_independent():
+def test_identical_items_are_not_certainty_their_width_is_that_of_one_disagreement():
+    # int8 on an AVX2 CPU (12-06) scored 30 arc_easy items exactly as its baseline: a zero-width
+    # interval then would pass any gate on 30 items
     b = bernoulli(200, 0.6, 1)
     report = gates.compare_to_baseline(run(task("arc_easy", b)), run(task("arc_easy", b), name="b"))
     (row,) = report.tasks
     assert row.method == "paired delta" and row.n_items == 200
-    assert row.recovery == 1.0 and row.recovery_stderr == 0.0
-    assert row.recovery_low == row.recovery_high == 1.0
+    bm = sum(b) / len(b)
+    assert row.recovery == 1.0 and row.recovery_stderr == pytest.approx(math.sqrt(1 / 201 / 200) / bm)
+    assert row.recovery_low < 1.0 < row.recovery_high
+    one = paired.mean_ratio_paired(flip(b, losses=1, gains=0), b)  # the nearest sample that shows a disagreement
+    assert 0.7 < row.recovery_stderr / one.stderr < 1.5
     assert row.independent_stderr > 0.05  # two unrelated 60% runs of 200 items: ~0.07
-    assert report.mean_recovery_stderr == 0.0 and report.mean_independent_stderr == pytest.approx(row.independent_stderr)
+    assert row.recovery_stderr < row.independent_stderr / 5
+    assert report.mean_recovery_stderr == pytest.approx(row.recovery_stderr)
+    assert report.mean_independent_stderr == pytest.approx(row.independent_stderr)
+    # and a strict gate on few identical items is no pass
+    few = bernoulli(30, 0.5, 3)
+    tight = gates.compare_to_baseline(run(task("arc_easy", few)), run(task("arc_easy", few), name="b"),
+                                      {"min_recovery": 0.99}, raise_on_fail=False)
+    assert tight.tasks[0].recovery_low < 0.99 and tight.verdict == "inconclusive"
 
 
 def test_paired_stderr_is_the_covariance_formula():
