@@ -118,21 +118,35 @@ def test_served_scores_agree_with_lm_eval_hf_backend(loglikelihood_run, smollm2_
 
 def test_recovery_against_a_baseline_run_and_gate_exit_code(loglikelihood_run, server, smollm2_dir, tmp_path):
     """The same checkpoint against its own earlier results: the served scores are deterministic
-    (greedy logprobs), so recovery is exactly 1 on every task with a paired interval of zero width
-    (the same items, the same outcomes), and a gate above 1 must fail."""
+    (greedy logprobs), so recovery is exactly 1 on every task, every item scored alike. That is no
+    certainty on LL_LIMIT items: the paired interval is the floor paired.py puts on zero variance
+    (half a discordant pair each way), 1 +- Z sqrt(1/(n(n+1))) / baseline ([0.7609, 1.2391] at
+    8 of 20 right). A gate above its upper end must fail (exit 3, and say so); one below its lower
+    end passes, in the same call."""
+    from quantkit.evals.paired import Z
+
     baseline = loglikelihood_run["run"]["results_file"]
     args = ["eval", str(smollm2_dir), "--tasks", LL_TASK, "--limit", str(LL_LIMIT), "--url", server.url,
-            "-o", str(tmp_path), "--baseline", baseline, "--min-recovery", "1.01", "--json"]
+            "-o", str(tmp_path), "--baseline", baseline, "--min-recovery", "1.5", "--gate", f"{LL_TASK}=0.5", "--json"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 3, result.output[-3000:]
-    assert "gate failed: average recovery 1.0000 [1.0000, 1.0000] < 1.01 (short by 0.0100)" in result.stderr
     payload = json.loads(result.stdout)  # one object: the error, and the report that failed
     assert payload["exit_code"] == 3 and payload["error"].startswith("gate failed")
     report = payload["result"]["recovery"]
     assert report["baseline_file"] == baseline and report["passed"] is False and report["verdict"] == "fail"
     (row,) = report["tasks"]
     assert row["recovery"] == pytest.approx(1.0) and row["method"] == "paired delta" and row["n_items"] == LL_LIMIT
-    assert row["recovery_stderr"] == 0 and row["independent_stderr"] > 0
+    assert row["quantized"] == row["baseline"] > 0
+    floor = (1 / (LL_LIMIT * (LL_LIMIT + 1))) ** 0.5 / row["baseline"]
+    low, high = 1 - Z * floor, 1 + Z * floor
+    # both gates are decided only while the baseline gets 4 or more of the 20 right (0.4 here)
+    assert 0.5 <= low and high < 1.5, (row["baseline"], low, high)
+    assert row["recovery_stderr"] == pytest.approx(floor) and 0 < row["recovery_stderr"] < row["independent_stderr"]
+    assert (row["recovery_low"], row["recovery_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert f"gate failed: average recovery 1.0000 [{low:.4f}, {high:.4f}] < 1.5 (short by 0.5000)" in result.stderr
+    verdicts = {(g["gate"], g["task"]): (g["verdict"], g["low"], g["high"]) for g in report["gates"]}
+    assert verdicts == {("min_recovery", None): ("fail", pytest.approx(low), pytest.approx(high)),
+                        ("tasks", LL_TASK): ("pass", pytest.approx(low), pytest.approx(high))}
 
 
 def test_a_server_that_wants_a_key_gets_it_from_lm_eval_too(server, smollm2_dir, tmp_path, monkeypatch):
