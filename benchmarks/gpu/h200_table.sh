@@ -37,6 +37,14 @@
 # ones), WINDOW ("MIN,MAX,WARMUP" s of a point), SLO, SPANS512, SPANS4096, LOAD_SCALE (the plan's
 # loads times this, default 1), WARMUP (0: no 2-layer warm-up).
 #
+#
+# Issue 42, what is left after 12-06 (docs/reports/h200/table-h100-2026-12-06: bf16 and fp8 at
+# 512/256 with vLLM's client, on an H100; bf16 32.83 / 33.41 on its re-judged ladder, fp8 39.5 / 42.58).
+# The same 30 minutes held: start + bundle ~210 s, conversions beside the warm-up ~90 s, then per
+# variant a warm server ~70-105 s, a ladder ~270-400 s, a vLLM-client check ~215 s. Two sessions:
+#   (a) PLAN="int8:int8::L512@32 gptq:gptq::L512@24 w4a8:w4a8-fp8::L512@30" CONVERT="int8 gptq w4a8-fp8"
+#   (b) PLAN="bf16-long:bf16::L4096@4 fp8-long:fp8::L4096@5 fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5" CONVERT=fp8
+# each with HI_FACTOR=1.35 and `start` given the budget left after the first call less ~60 s.
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
 # figures (engine-core and API-server CPU, GPU busy and SM clock, step time; bench --url finds the
 # local server by its port), and the bound is named at each ladder's first failing load. In its own
@@ -168,7 +176,11 @@ check() {  # check LABEL DIR: vLLM's client at the two loads that bracket quantk
 warm_up() {  # the 2-layer model served once: compilation caches for the first real start
   [ "${WARMUP:-1}" = 1 ] || { log "warm-up: skipped (WARMUP=$WARMUP)"; return; }  # a short budget: the first start compiles
   [ -f $WARM/config.json ] || { log "warm-up: no model"; return; }
-  "${QK[@]}" serve $WARM --port 8100 --max-model-len $MAXLEN --gpu-memory-utilization 0.12 > $Q/logs/warm-up.log 2>&1 &
+  # a fixed KV cache (2 GiB), not a memory share: vLLM then skips its memory profiling, which the conversions
+  # beside it fail (12-06, H100: "Error in memory profiling. Initial free memory 67.15 GiB, current free
+  # memory 69.19 GiB": a conversion freed memory meanwhile), so the first real server started cold (151 s)
+  "${QK[@]}" serve $WARM --port 8100 --max-model-len $MAXLEN --gpu-memory-utilization 0.12 \
+    --serve-arg kv-cache-memory=2147483648 > $Q/logs/warm-up.log 2>&1 &
   local pid=$! t0=$(date +%s)
   until healthy http://127.0.0.1:8100 || ! kill -0 $pid 2>/dev/null || [ $(( $(date +%s) - t0 )) -gt 400 ]; do sleep 2; done
   curl -s -m 60 http://127.0.0.1:8100/v1/completions -H 'content-type: application/json' \
