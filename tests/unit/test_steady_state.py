@@ -15,7 +15,7 @@ from quantkit.measure.stats.point import RequestResult
 from quantkit.measure.stats.samples import decode, encode
 from quantkit.measure.capacity.search import Verdict, search_capacity
 from quantkit.measure.stats.slo import parse_slo
-from quantkit.measure.stats.window import WindowSettings, WindowStop, split, summarize
+from quantkit.measure.stats.window import WindowSettings, WindowStop, saturation, split, summarize
 
 
 def req(i, start, ttft=0.1, tpot=0.01, n=16, ok=True):
@@ -122,6 +122,38 @@ def test_the_stop_rule_waits_for_min_s_then_closes_on_a_decided_verdict():
     said = stop(results, 21.5)
     assert said and "cap" in said
     assert stop(results[:200], 9.0).startswith("decided: pass")
+
+
+def _stop_at(in_flight, at_s: float):
+    """The stop rule's answer, and when, for arrivals at 20/s with `in_flight(t)` requests in flight."""
+    offsets = [i / 20 for i in range(2000)]
+    stop = WindowStop(parse_slo("ttft_p95=100"), WindowSettings(warmup_s=1.0, min_s=20.0, max_s=60.0, min_requests=5),
+                      offsets)
+    said, t = None, 0.5
+    while t <= at_s:
+        sent = sum(1 for o in offsets if o <= t)
+        finished = [RequestResult(ok=True, index=i, start_s=offsets[i], ttft=0.05, tpot=0.01, e2e=0.2,
+                                  itl=[0.01] * 15, prompt_tokens=8, completion_tokens=16)
+                    for i in range(sent - min(sent, int(in_flight(t))))]
+        said = stop(finished, t)
+        if said:
+            return said, t
+        t += 0.5
+    return said, t
+
+
+def test_the_stop_rule_ends_a_point_early_only_on_clear_saturation():
+    """The stop rule looks every tick; ended early on a marginal growth, bf16 on an H100 (12-06) read
+    saturated at 25.2 req/s where vLLM's client sustained it for 60 s. At 21 s and 20 req/s the
+    thresholds are a growth of 20 between the halves (5% of 400 arrivals) and ~32 (3 sqrt(in flight))."""
+    clear, t = _stop_at(lambda t: 80 + 9.0 * max(t - 1, 0), 61.5)  # ~100 at 21 s: ended at once
+    assert clear.startswith("saturated") and t <= 21.5
+    queue, t = _stop_at(lambda t: 80 + 3.5 * max(t - 1, 0), 61.5)  # ~47 at 21 s: marginal, but it keeps growing
+    assert queue.startswith("saturated") and 21.5 < t < 60
+    # a swell of ~45 over the first 20 s that then settles: the old rule ended it as saturated at 21 s
+    swell, t = _stop_at(lambda t: 80 + 4.5 * min(max(t - 1, 0), 20), 61.5)
+    assert swell.startswith("decided: pass") and t > 21.5
+    assert saturation([(t, 80 + 4.5 * min(t, 20)) for t in range(60)], 1200, 60.0)[0] is None  # the whole window
 
 
 def test_samples_round_trip_compactly():
