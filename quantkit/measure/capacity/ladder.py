@@ -60,6 +60,8 @@ def rederive(result: CapacityResult | dict[str, Any], stored: list[dict[str, Any
         points = [BenchPoint.model_validate(p) for p in stored]
     except ValidationError:
         points = []  # abridged points: refused below, as a ladder without windows
+    # a load measured again (live.contradictions) is judged on its latest point, as the live search read it
+    points = list({p.x: p for p in points}.values())
     if not profile.steady or not points or any(p.window is None for p in points):
         raise UsageError(f"the capacity under {result.slo} was measured as bursts (c prompts sent at once), which have "
                          "no steady-state windows to judge again; measure a steady-state ladder first: quantkit bench "

@@ -121,6 +121,22 @@ class CapacitySettings(BaseModel):
         return min(n, self.max_requests) if self.max_requests else n
 
 
+class Recheck(BaseModel):
+    """A load the ladder measured twice: it was overloaded (saturated, stalled) below a load of the
+    same ladder that held its SLO, which cannot both be the server's steady state."""
+
+    load: float
+    held: float  # the higher load that passed
+    first: str  # the first point's verdict
+    again: str  # the second point's verdict: the one the searches read
+
+    def text(self, label: Callable[[float], str]) -> str:
+        same = self.again in OVERLOADED
+        return (f"{label(self.load)} was {self.first} below {label(self.held)}, which held; measured again it was "
+                f"{self.again}" + (" again: the ladder is not monotone there, and the capacity below it is the "
+                                   "cautious reading" if same else ""))
+
+
 class CapacityFigures(BaseModel):
     """The capacity point: the highest load that met the SLO, as users size a deployment. Under
     Poisson arrivals `goodput_req_s` is the offered rate x the share of requests that met the SLO."""
@@ -155,6 +171,7 @@ class CapacityResult(BaseModel):
     complete: bool = False
     error: str | None = None
     spans: dict[str, Any] = Field(default_factory=dict)  # settings.span: each SLO's capacity, ceiling, reason
+    rechecks: list[Recheck] = Field(default_factory=list)  # loads measured again: the ladder contradicted them
     derived_from: Slo | None = None  # re-derived from a ladder measured under this SLO (ladder.py), not measured under `slo`
     coverage_note: str | None = None  # re-derived: what the ladder cannot tell under `slo`, and what to run
     path: str | None = None
@@ -209,9 +226,11 @@ class CapacityResult(BaseModel):
                 ceiling = f", {'undecided' if undecided else 'breaks'} at {profile.label(self.search.ceiling)}"
         little = (f", {c.concurrency:.0f} in flight" if profile.kind.open_loop and c.concurrency is not None else "")
         left = f"; {left}" if left is not None else ""
+        # a recheck that found the same overload again leaves the ladder non-monotone: said with the capacity
+        odd = "".join(f"; {r.text(profile.label)}" for r in self.rechecks if r.again in OVERLOADED)
         return (f"capacity {load}{more}{ceiling}: {c.req_s:.2f} req/s{little}, {c.output_tok_s:.0f} output tok/s "
                 f"within {self.slo} ({self.points_spent} points" + (f"; bound: {self.bound.kind}" if self.bound else "")
-                + f"){left}")
+                + f"){left}{odd}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -378,16 +397,40 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
                                max_growth=STEADY_GROWTH if profile.steady else 8.0,
                                floor=floor_of(settings.start, profile.kind.integer))
 
-    try:
-        if start is None and profile.kind.open_loop:  # begin near 4 requests in flight, not at the range's floor
-            start = min(settings.max, max(settings.start, float(f"{4.0 / request_s:.3g}")))
-        found = search(lambda load: verdict_of(measure_at(load, slo), slo), start)
+    def main_verdict(load: float) -> Verdict:
+        if float(load) in kept:  # searching again after a recheck: a load the ladder holds is judged from its requests
+            step = judge_step(kept[float(load)], slo, window)
+            return Verdict.of_window(step.state, step.margin, more=step.more)
+        return verdict_of(measure_at(load, slo), slo)
+
+    def searches() -> CapacitySearch:
+        found = search(main_verdict, start)
         for name, extra in spans:  # the main SLO's answer is `found`, whatever points the spans add
             spanned = span_search(extra, name, kept, window, search,
                                   lambda load, x=extra, n=name: measure_at(load, x, f" (for {n})"), found.capacity,
                                   settings.start)
             result.spans[name] = spanned.model_dump(mode="json", include={"capacity", "ceiling", "reason"})
             result.write()
+        return found
+
+    try:
+        if start is None and profile.kind.open_loop:  # begin near 4 requests in flight, not at the range's floor
+            start = min(settings.max, max(settings.start, float(f"{4.0 / request_s:.3g}")))
+        found = searches()
+        if recheck := contradictions(kept)[:MAX_RECHECKS]:  # one round: a load measured twice keeps its second verdict
+            for load, held in recheck:
+                first = kept[load]
+                again = measure_at(load, slo, f" (again: it was {first.window.verdict}, yet "
+                                              f"{profile.label(held)} above it held)")
+                first.superseded = f"measured again at {again.started_at}: {profile.label(held)} above it held"
+                for p in reversed(result.points[:-1]):  # the record's copy of the first point
+                    if p.x == load and p.superseded is None:
+                        p.superseded = first.superseded
+                        break
+                result.rechecks.append(Recheck(load=load, held=held, first=first.window.verdict,
+                                               again=again.window.verdict if again.window else "undecided"))
+                info(f"{prefix}  recheck: {result.rechecks[-1].text(profile.label)}")
+            found = searches()
     finally:
         if gpus is not None:
             gpus.close()
@@ -395,6 +438,23 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
     result.write()
     info(f"{prefix}{result.summary()}")
     return result
+
+
+MAX_RECHECKS = 2  # loads a ladder measures again (about one point each)
+
+
+def contradictions(kept: dict[float, BenchPoint]) -> list[tuple[float, float]]:
+    """(load, held): loads judged overloaded (saturated, stalled) below a load that held, each with
+    the highest such load; lowest first. Saturation is no property of an SLO: a server that keeps
+    up at a higher rate keeps up at a lower one, so one of the two verdicts is noise (12-06, one
+    H100: bf16 "saturated" at 25.2 and 30 req/s in 20-s windows, yet met 28.5-32.8 on the same
+    ladder; vLLM's own client sustained 25.2 for 60 s) or the server was not yet warm."""
+    held = [x for x, p in kept.items() if p.window is not None and p.window.verdict == "pass" and not p.client_limited]
+    top = max(held, default=None)
+    if top is None:
+        return []
+    return sorted((x, max(h for h in held if h > x)) for x, p in kept.items()
+                  if x < top and p.window is not None and p.window.verdict in OVERLOADED)
 
 
 def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: WindowSettings, search: Callable,
@@ -449,8 +509,8 @@ def verdict_of(point: BenchPoint, slo: Slo) -> Verdict:
 def _index_of(points: list[BenchPoint], load: float | None, axis: str) -> int | None:
     if load is None:
         return None
-    for i, p in enumerate(points):
-        if load_kinds.kind(axis).load_of(p) == load:
+    for i in range(len(points) - 1, -1, -1):  # the latest point at the load: a recheck supersedes the first
+        if load_kinds.kind(axis).load_of(points[i]) == load:
             return i
     return None
 
