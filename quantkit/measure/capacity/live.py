@@ -419,15 +419,13 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         found = searches()
         if recheck := contradictions(kept)[:MAX_RECHECKS]:  # one round: a load measured twice keeps its second verdict
             for load, held in recheck:
-                first = kept[load]
-                again = measure_at(load, slo, f" (again: it was {first.window.verdict}, yet "
-                                              f"{profile.label(held)} above it held)")
-                first.superseded = f"measured again at {again.started_at}: {profile.label(held)} above it held"
+                first = kept[load].window.verdict
+                again = measure_at(load, slo, f" (again: it was {first}, yet {profile.label(held)} above it held)")
                 for p in reversed(result.points[:-1]):  # the record's copy of the first point
                     if p.x == load and p.superseded is None:
-                        p.superseded = first.superseded
+                        p.superseded = f"measured again at {again.started_at}: {profile.label(held)} above it held"
                         break
-                result.rechecks.append(Recheck(load=load, held=held, first=first.window.verdict,
+                result.rechecks.append(Recheck(load=load, held=held, first=first,
                                                again=again.window.verdict if again.window else "undecided"))
                 info(f"{prefix}  recheck: {result.rechecks[-1].text(profile.label)}")
             found = searches()

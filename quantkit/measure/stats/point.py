@@ -232,7 +232,7 @@ class BenchPoint(BaseModel):
     started_busy: bool = False
     started_busy_reason: str | None = None
     load_profile: str | None = None  # capacity's profile: poisson, concurrency (staggered) or burst
-    # a capacity ladder measured this load again (live.recheck_contradictions): why, and the later point is the one judged
+    # a capacity ladder measured this load again (capacity/live.contradictions): why, and the later point is the one judged
     superseded: str | None = None
     window: WindowSummary | None = None  # a steady-state point: its window and verdict (window.py)
     samples: str | None = None  # every request, packed (samples.py); kept in the store's points only

@@ -13,7 +13,7 @@ streams) and measures only what a server sustains:
   decided and the window holds `min_requests` over at least `min_s` seconds, or at `max_s`
   (`undecided` if the data still cannot tell);
 - **saturation**: completions fall behind arrivals: the client's own count of requests in flight
-  grows through the window by more than its steady-state noise (3 sqrt(2 L)) and by more than 10%
+  grows through the window by more than its steady-state noise (3 sqrt(L + 1), L in flight) and by more than 10%
   of the window's arrivals (achieved rate below 90% of offered). Its percentiles describe a queue
   that grows with the window's length, so the verdict is `saturated`, not a latency figure. The
   stop rule, which looks every tick, ends a point early only on growth beyond twice that noise;
@@ -266,11 +266,9 @@ class WindowStop:
         if self.offsets is not None:
             recent = [(t, n) for t, n in self.series if t >= warmup]
             arrivals = sent - bisect.bisect_left(self.offsets, warmup)
-            clear, _ = saturation(recent, arrivals, elapsed_s - warmup, SATURATION_CLEAR)
-            if clear:
-                return clear
             if saturation(recent, arrivals, elapsed_s - warmup)[0]:
-                return None  # growing, but not clearly: a longer window tells a queue from noise (the cap ends it)
+                # growing, but not clearly (None): a longer window tells a queue from noise (the cap ends it)
+                return saturation(recent, arrivals, elapsed_s - warmup, SATURATION_CLEAR)[0]
         summary, _ = summarize(self.slo, finished, s, open_loop=False)
         if summary.end_s - summary.start_s < s.min_s:  # the window itself spans min_s, not the point
             return None
