@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.measure.capacity.search import Verdict, search_capacity
+from quantkit.measure.capacity.search import CapacitySearch, CapacityStep, Verdict, search_capacity, tighten
 
 H200 = Path(__file__).resolve().parents[2] / "tests" / "data" / "h200"
 BENCHES = ["raw-2026-11-30/bench-bf16.json", "raw-2026-11-30/bench-int8.json", "raw-2026-11-30/bench-fp8.json",
@@ -169,3 +169,32 @@ def test_a_window_verdict_reads_the_same_measured_now_or_judged_again_from_the_l
         assert (v.passed, v.margin, v.decided, v.state, v.trusted) == (passed, kept_margin, decided, kept_state,
                                                                         trusted), state
     assert Verdict.of_window("pass", 0.5, trusted=False).trusted is False
+
+
+def _bracket(ceiling: float | None = 34.93, reason: str = "bracketed") -> CapacitySearch:
+    """12-06's W4A16 ladder on one H100: the search stopped on 32.4 (pass) below 34.93 (saturated)."""
+    steps = [CapacityStep(load=32.4, passed=True, margin=0.9, state="pass"),
+             CapacityStep(load=34.93, passed=False, margin=None, state="saturated")]
+    return CapacitySearch(capacity=32.4, ceiling=ceiling, reason=reason, tolerance=0.1, lo=24, hi=43.74, steps=steps)
+
+
+@pytest.mark.parametrize("inside, expected", [
+    ({34.35: "pass"}, (34.35, 34.93)),  # a span's pass inside the bracket, stepped over by the bisection
+    ({33.0: "fail", 34.35: "pass"}, (32.4, 33.0)),  # a decided failure below it ends the walk
+    ({33.0: "saturated"}, (32.4, 33.0)),
+    ({33.0: "undecided", 34.35: "pass"}, (34.35, 34.93)),  # undecided bounds neither side (rejudge.cover)
+    ({33.0: "untrusted", 34.35: "pass"}, (32.4, 34.93)),  # nothing above an untrusted load is read
+    ({30.0: "fail", 40.0: "pass"}, (32.4, 34.93)),  # outside the bracket: not the search's to revise
+])
+def test_tighten_narrows_the_bracket_with_the_ladders_points_inside_it(inside, expected):
+    found = _bracket()
+    narrowed = tighten(found, inside)
+    assert (narrowed.capacity, narrowed.ceiling) == expected
+    assert narrowed.reason == "bracketed" and narrowed.steps == found.steps
+    if expected == (32.4, 34.93):
+        assert narrowed is found
+
+
+def test_tighten_leaves_an_open_search_alone():
+    found = _bracket(ceiling=None, reason="max_reached")
+    assert tighten(found, {40.0: "pass"}) is found

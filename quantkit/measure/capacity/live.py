@@ -50,7 +50,7 @@ from ..stats.window import WindowSettings, WindowStop, idle_request_s
 from . import profiles
 from .bench import checkpoint_info, measure_point, results_dir, stamp
 from .rejudge import judge_step, start_from
-from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, left_open, search_capacity
+from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, left_open, search_capacity, tighten
 
 # A steady state's latency is flat, then climbs steeply near saturation: a power law through two
 # flat points predicts no crossing at all, so growth is capped harder than a burst's (8x)
@@ -404,7 +404,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         return verdict_of(measure_at(load, slo), slo)
 
     def searches() -> CapacitySearch:
-        found = search(main_verdict, start)
+        found = within(search(main_verdict, start), slo, kept, window)
         for name, extra in spans:  # the main SLO's answer is `found`, whatever points the spans add
             spanned = span_search(extra, name, kept, window, search,
                                   lambda load, x=extra, n=name: measure_at(load, x, f" (for {n})"), found.capacity,
@@ -455,6 +455,17 @@ def contradictions(kept: dict[float, BenchPoint]) -> list[tuple[float, float]]:
                   if x < top and p.window is not None and p.window.verdict in OVERLOADED)
 
 
+def within(found: CapacitySearch, slo: Slo, kept: dict[float, BenchPoint], window: WindowSettings) -> CapacitySearch:
+    """`found`'s bracket narrowed by the ladder's points inside it (search.tighten), said when it moves."""
+    inside = {x: judge_step(p, slo, window).state for x, p in kept.items()
+              if found.capacity is not None and found.ceiling is not None and found.capacity < x < found.ceiling}
+    narrowed = tighten(found, inside)
+    if narrowed is not found:
+        info(f"  the ladder holds loads inside the bracket {found.capacity:g}-{found.ceiling:g}: "
+             f"under {slo} it is {narrowed.capacity:g}-{narrowed.ceiling:g}")
+    return narrowed
+
+
 def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: WindowSettings, search: Callable,
                 measure_at: Callable[[float], BenchPoint], near: float | None,
                 search_floor: float = 0.0) -> CapacitySearch:
@@ -472,7 +483,8 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
     # searches below the ladder's lowest saturated load (on the H200, starting blind at fp8's pass at
     # 40 req/s, it grew to 83.5 and 57.8, both saturated, although 43.8 and 48 had saturated already)
     saturated = [x for x, s in judged.items() if s.state in OVERLOADED and x > search_floor]
-    found = search(measure, start_from(list(judged.values())) or near, min(saturated, default=None))
+    found = within(search(measure, start_from(list(judged.values())) or near, min(saturated, default=None)),
+                   slo, kept, window)
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
     return found
