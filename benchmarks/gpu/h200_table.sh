@@ -38,13 +38,17 @@
 # loads times this, default 1), WARMUP (0: no 2-layer warm-up).
 #
 #
-# Issue 42, what is left after 12-06 (docs/reports/h200/table-h100-2026-12-06: bf16 and fp8 at
-# 512/256 with vLLM's client, on an H100; bf16 32.83 / 33.41 on its re-judged ladder, fp8 39.5 / 42.58).
-# The same 30 minutes held: start + bundle ~210 s, conversions beside the warm-up ~90 s, then per
-# variant a warm server ~70-105 s, a ladder ~270-400 s, a vLLM-client check ~215 s. Two sessions:
-#   (a) PLAN="int8:int8::L512@32 gptq:gptq::L512@24 w4a8:w4a8-fp8::L512@30" CONVERT="int8 gptq w4a8-fp8"
+# Issue 42, what is left after 12-06's two H100 runs (docs/reports/h200/table-h100-2026-12-06: bf16 32.83 /
+# 33.41 and fp8 39.5 / 42.58 with vLLM's client on one H100; int8 40.08 / 43.2 and W4A16 34.35 / 34.93 on
+# another, where bf16 was not re-measured). The second run's 30 minutes: five refused starts cost 331 s, then
+# start + bundle ~200 s, conversions (~95-108 s) beside the warm-up (197 s, served: the fixed KV cache works),
+# int8 server 80 s + ladder 148 s, gptq server 76 s + two ladders 175 + 485 s (its top held, then a recheck).
+# Two plans left, one session each:
+#   (a) PLAN="w4a8:w4a8-fp8::L512@32 bf16:bf16::L512@31 int8:int8::L512@38" CONVERT="w4a8-fp8 int8"
+#       (W4A8-FP8 first: never served at 8B; bf16 and int8 again on the same machine for a same-machine ratio)
 #   (b) PLAN="bf16-long:bf16::L4096@4 fp8-long:fp8::L4096@5 fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5" CONVERT=fp8
-# each with HI_FACTOR=1.35 and `start` given the budget left after the first call less ~60 s.
+# each with HI_FACTOR=1.35 and `start` given the budget left after the first call less ~60 s; a refused start
+# costs 15-90 s of the budget: ask `status` first and wait out a "none now".
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
 # figures (engine-core and API-server CPU, GPU busy and SM clock, step time; bench --url finds the
 # local server by its port), and the bound is named at each ladder's first failing load. In its own
