@@ -183,7 +183,7 @@ def tighten(search: CapacitySearch, states: dict[float, str]) -> CapacitySearch:
     the ceiling; an untrusted load stops the walk, an undecided one bounds neither side, as
     rejudge.cover reads a ladder. 12-06, one H100, W4A16: the search bisected 32.4 (pass) and 37.65
     (saturated) to 34.93 (saturated) and stopped on 32.4 while the ladder held a pass at 34.35,
-    which `compare --slo` re-derived from the same points."""
+    which ladder.rederive (`compare --slo` under another SLO) read from the same stored points."""
     if search.capacity is None or search.ceiling is None:
         return search
     capacity, ceiling = search.capacity, search.ceiling
