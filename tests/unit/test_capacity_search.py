@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from quantkit.errors import UsageError
-from quantkit.measure.capacity.search import CapacitySearch, CapacityStep, Verdict, search_capacity, tighten
+from quantkit.measure.capacity.rejudge import LadderStep, tighten
+from quantkit.measure.capacity.search import CapacitySearch, CapacityStep, Verdict, search_capacity
 
 H200 = Path(__file__).resolve().parents[2] / "tests" / "data" / "h200"
 BENCHES = ["raw-2026-11-30/bench-bf16.json", "raw-2026-11-30/bench-int8.json", "raw-2026-11-30/bench-fp8.json",
@@ -188,7 +189,7 @@ def _bracket(ceiling: float | None = 34.93, reason: str = "bracketed") -> Capaci
 ])
 def test_tighten_narrows_the_bracket_with_the_ladders_points_inside_it(inside, expected):
     found = _bracket()
-    narrowed = tighten(found, inside)
+    narrowed = tighten(found, [LadderStep(load=x, state=state) for x, state in inside.items()])
     assert (narrowed.capacity, narrowed.ceiling) == expected
     assert narrowed.reason == "bracketed" and narrowed.steps == found.steps
     if expected == (32.4, 34.93):
@@ -197,4 +198,4 @@ def test_tighten_narrows_the_bracket_with_the_ladders_points_inside_it(inside, e
 
 def test_tighten_leaves_an_open_search_alone():
     found = _bracket(ceiling=None, reason="max_reached")
-    assert tighten(found, {40.0: "pass"}) is found
+    assert tighten(found, [LadderStep(load=40.0, state="pass")]) is found

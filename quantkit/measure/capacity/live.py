@@ -49,8 +49,8 @@ from ..stats.slo import Slo
 from ..stats.window import WindowSettings, WindowStop, idle_request_s
 from . import profiles
 from .bench import checkpoint_info, measure_point, results_dir, stamp
-from .rejudge import judge_step, start_from
-from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, left_open, search_capacity, tighten
+from .rejudge import judge_step, start_from, tighten
+from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, left_open, search_capacity
 
 # A steady state's latency is flat, then climbs steeply near saturation: a power law through two
 # flat points predicts no crossing at all, so growth is capped harder than a burst's (8x)
@@ -456,10 +456,8 @@ def contradictions(kept: dict[float, BenchPoint]) -> list[tuple[float, float]]:
 
 
 def within(found: CapacitySearch, slo: Slo, kept: dict[float, BenchPoint], window: WindowSettings) -> CapacitySearch:
-    """`found`'s bracket narrowed by the ladder's points inside it (search.tighten), said when it moves."""
-    inside = {x: judge_step(p, slo, window).state for x, p in kept.items()
-              if found.capacity is not None and found.ceiling is not None and found.capacity < x < found.ceiling}
-    narrowed = tighten(found, inside)
+    """`found`'s bracket narrowed by the ladder's points inside it (rejudge.tighten), said when it moves."""
+    narrowed = tighten(found, [judge_step(p, slo, window) for p in kept.values()])
     if narrowed is not found:
         info(f"  the ladder holds loads inside the bracket {found.capacity:g}-{found.ceiling:g}: "
              f"under {slo} it is {narrowed.capacity:g}-{narrowed.ceiling:g}")

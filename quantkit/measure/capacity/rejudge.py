@@ -23,6 +23,7 @@ from ..stats.point import OVERLOADED, BenchPoint, WindowSettings
 from ..stats.samples import decode
 from ..stats.slo import Slo
 from ..stats.window import settle
+from .search import CapacitySearch
 
 Coverage = Literal["bracketed", "coarse", "above", "below", "undecided"]
 
@@ -81,6 +82,23 @@ def cover(steps: list[LadderStep], tolerance: float, integer: bool) -> tuple[Cov
     edge = min(s.load for s in steps if s.load > capacity and s.state != "pass")
     close = edge <= capacity * (1 + tolerance) + 1e-9 or (integer and edge - capacity <= 1)
     return ("bracketed" if close else "coarse"), capacity, ceiling
+
+
+def tighten(search: CapacitySearch, steps: list[LadderStep]) -> CapacitySearch:
+    """`search`'s bracket narrowed by the judged loads of `steps` inside it that its own path stepped
+    over (a tier span's or a recheck's points), read as `cover` reads a ladder: the highest pass
+    below the lowest decided failure (and below an untrusted load) raises the capacity, that
+    failure lowers the ceiling. 12-06, one H100, W4A16: the search bisected 32.4 (pass) and 37.65
+    (saturated) to 34.93 (saturated) and stopped on 32.4 while the ladder held a pass at 34.35,
+    which ladder.rederive (`compare --slo` under another SLO) read from the same stored points."""
+    if search.capacity is None or search.ceiling is None:
+        return search
+    _, capacity, ceiling = cover([s for s in steps if search.capacity < s.load < search.ceiling], 0.0, False)
+    capacity = search.capacity if capacity is None else capacity
+    ceiling = search.ceiling if ceiling is None else ceiling
+    if (capacity, ceiling) == (search.capacity, search.ceiling):
+        return search
+    return search.model_copy(update={"capacity": capacity, "ceiling": ceiling})
 
 
 def start_from(steps: list[LadderStep]) -> float | None:

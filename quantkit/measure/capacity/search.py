@@ -176,31 +176,6 @@ class CapacitySearch(BaseModel):
     undecided: list[float] = Field(default_factory=list)  # loads whose data could not decide (not in the bracket)
 
 
-def tighten(search: CapacitySearch, states: dict[float, str]) -> CapacitySearch:
-    """The bracket narrowed by loads measured inside it that the search's own path stepped over
-    (a tier span's or a recheck's points, judged under this search's SLO: `states`, load -> state).
-    Walking up from the capacity, a pass raises it and a decided failure (or saturation) becomes
-    the ceiling; an untrusted load stops the walk, an undecided one bounds neither side, as
-    rejudge.cover reads a ladder. 12-06, one H100, W4A16: the search bisected 32.4 (pass) and 37.65
-    (saturated) to 34.93 (saturated) and stopped on 32.4 while the ladder held a pass at 34.35,
-    which ladder.rederive (`compare --slo` under another SLO) read from the same stored points."""
-    if search.capacity is None or search.ceiling is None:
-        return search
-    capacity, ceiling = search.capacity, search.ceiling
-    for load in sorted(x for x in states if search.capacity < x < search.ceiling):
-        state = states[load]
-        if state == "pass":
-            capacity = load
-        elif state in ("fail", *OVERLOADED):
-            ceiling = load
-            break
-        elif state == "untrusted":
-            break
-    if (capacity, ceiling) == (search.capacity, search.ceiling):
-        return search
-    return search.model_copy(update={"capacity": capacity, "ceiling": ceiling})
-
-
 def left_open(search: CapacitySearch | None) -> CapacityStep | None:
     """The lowest load left undecided above the capacity (any, without one) and up to the ceiling.
     An undecided load is never counted as a pass, nor as a failure: it bounds the capacity from
