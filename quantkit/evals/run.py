@@ -465,8 +465,11 @@ def evaluate(model_dir: str | Path, tasks: str | list[str], *, url: str | None =
     opening = open_server(folder, url, config)  # --url answers, before the tasks load
     if url is None and folder.is_dir():
         from ..serve.env import supported_architectures
+        from ..serve.hardware_fit import check_servable, gpu_capability
 
         checkpoint.validate(folder, supported_architectures(), weights=config.load_format != "dummy")
+        # a format this machine's vLLM cannot run is refused before the tasks load, not after
+        check_servable(folder, gpu_capability(), config)
     plan = prepare_eval(model_dir, tasks, **options)
     with plan.cleaned_on_failure(), Store() as store, contextlib.ExitStack() as stack:
         if url:

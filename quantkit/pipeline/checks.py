@@ -92,13 +92,20 @@ def check_servable_methods(plan: RunRecipe, labels: list[str], source: str) -> N
     if has_gpu():
         return
     isa = cpu_isa()
+    refused: dict[str, str] = {}  # every refused entry at once: the way out must not name another refused one
     for entry in plan.methods:
         if entry.checkpoint is not None or entry.label() not in labels:
             continue
         recipe = entry.quant_recipe()
         reason = scheme_refusal(recipe.scheme, recipe.kv_cache, isa)
         if reason:
-            others = [label for label in labels if label != entry.label()]
-            raise UsageError(f"{source}: method {entry.label()} cannot be served here: {reason}; remove it from "
-                             "methods, " + (f"run the others (--only {' --only '.join(others)}), " if others else "")
-                             + "or run on an AVX-512 CPU or a GPU")
+            refused[entry.label()] = reason
+    if refused:
+        named = f"method{'s' if len(refused) > 1 else ''} {', '.join(refused)}"
+        reasons = set(refused.values())
+        why = reasons.pop() if len(reasons) == 1 else "; ".join(f"{label}: {r}" for label, r in refused.items())
+        others = [label for label in labels if label not in refused]
+        raise UsageError(f"{source}: {named} cannot be served here: {why}; remove "
+                         f"{'it' if len(refused) == 1 else 'them'} from methods, "
+                         + (f"run the others (--only {' --only '.join(others)}), " if others else "")
+                         + "or run on an AVX-512 CPU or a GPU")

