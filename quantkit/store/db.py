@@ -320,6 +320,22 @@ class Store(RecordStore):
             self.db.execute(
                 "UPDATE records SET status = 'done', result = ?, result_path = ?, error = NULL, finished_at = ?"
                 " WHERE id = ?", (_dump(result), result_path, now(), record_id))
+            self._mark_superseded(record_id, result)
+
+    def _mark_superseded(self, record_id: int, result: dict[str, Any]) -> None:
+        """A capacity ladder that measured a load again marks its first point `superseded` in its
+        result; the stored copy (with every request) was written before that was known, so it is
+        marked here too. Points are stored in the order the result lists them (started_at checks it)."""
+        points = result.get("points")
+        for idx, point in enumerate(points if isinstance(points, list) else []):  # a tune's `points` is a count
+            if not isinstance(point, dict) or not point.get("superseded"):
+                continue
+            row = self.db.execute("SELECT point FROM points WHERE record_id = ? AND idx = ?", (record_id, idx)).fetchone()
+            stored = json.loads(row[0]) if row else None
+            if stored and stored.get("started_at") == point.get("started_at") and not stored.get("superseded"):
+                stored["superseded"] = point["superseded"]
+                self.db.execute("UPDATE points SET point = ? WHERE record_id = ? AND idx = ?",
+                                (_dump(stored), record_id, idx))
 
     def _key_of(self, record_id: int) -> str:
         """The run key of a record this process began; one line when it is gone (`runs rm

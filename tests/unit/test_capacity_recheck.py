@@ -95,3 +95,33 @@ def test_a_recheck_is_stored_and_read_back():
     assert Recheck.model_validate(r.model_dump(mode="json")) == r
     assert r.text(lambda x: f"{x:g} req/s") == "25.22 req/s was saturated below 32.83 req/s, which held; " \
                                                "measured again it was pass"
+
+
+def test_the_store_s_copy_of_a_rechecked_point_is_marked_superseded_too(monkeypatch, tmp_path):
+    """The run's capacity stage stores each point (with its requests) as it finishes, before a recheck
+    is known; finishing the record marks the stored first reading as the result does (12-06: the
+    store of gptq's ladder kept an unmarked "saturated" at 30.89 beside the pass that replaced it)."""
+    from quantkit.store import Store
+
+    monkeypatch.setattr(live, "gpus_of", lambda server: None)
+    monkeypatch.setattr(live, "open_host", lambda server: None)
+    monkeypatch.setattr(live, "checkpoint_info", lambda model_dir: {})
+    seen: list[float] = []
+
+    def measure_point(server, target, prompts, output_len, *, slo, rate, **kw):
+        seen.append(rate)
+        return _point(rate, slo, saturated=rate >= 50 or (rate == 20 and seen.count(20) == 1))
+
+    monkeypatch.setattr(live, "measure_point", measure_point)
+    settings = CapacitySettings(start=20, max=64, warmup=0, window=WINDOW, span=["ttft_p95=5"])
+    with Store(tmp_path / "results.db") as store:
+        with store.stage("k" * 16, "capacity", "m", "v", {}) as rec:  # as pipeline/measures._run_capacity does
+            result = run_capacity(_Server(), tmp_path, parse_slo("ttft_p95=3"), settings, prompts=_Prompts(),
+                                  out_dir=tmp_path, start=20, on_point=lambda p: rec.add_point(p.model_dump(mode="json")))
+            rec.finish(result.model_dump(mode="json", exclude={"path"}), result.path)
+        stored = store.points(rec.id)
+    assert [p["started_at"] for p in stored] == [p.started_at for p in result.points]
+    marks = [bool(p.get("superseded")) for p in stored]
+    assert marks == [bool(p.superseded) for p in result.points] and marks.count(True) == 1
+    first = stored[marks.index(True)]
+    assert first["rate"] == 20 and first["window"]["verdict"] == "saturated" and first["samples"]  # requests kept
