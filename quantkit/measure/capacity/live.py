@@ -49,7 +49,7 @@ from ..stats.slo import Slo
 from ..stats.window import WindowSettings, WindowStop, idle_request_s
 from . import profiles
 from .bench import checkpoint_info, measure_point, results_dir, stamp
-from .rejudge import judge_step, start_from, tighten
+from .rejudge import LadderStep, judge_step, start_from, tighten
 from .search import FLOOR_DIVISOR, CapacitySearch, Verdict, floor_of, left_open, search_capacity
 
 # A steady state's latency is flat, then climbs steeply near saturation: a power law through two
@@ -455,9 +455,15 @@ def contradictions(kept: dict[float, BenchPoint]) -> list[tuple[float, float]]:
                   if x < top and p.window is not None and p.window.verdict in OVERLOADED)
 
 
-def within(found: CapacitySearch, slo: Slo, kept: dict[float, BenchPoint], window: WindowSettings) -> CapacitySearch:
-    """`found`'s bracket narrowed by the ladder's points inside it (rejudge.tighten), said when it moves."""
-    narrowed = tighten(found, [judge_step(p, slo, window) for p in kept.values()])
+def within(found: CapacitySearch, slo: Slo, kept: dict[float, BenchPoint], window: WindowSettings,
+           judged: dict[float, LadderStep] | None = None) -> CapacitySearch:
+    """`found`'s bracket narrowed by the ladder's points inside it (rejudge.tighten), said when it moves.
+    Only those points are judged, each once: `judged` holds the loads a caller judged under `slo` already."""
+    if found.capacity is None or found.ceiling is None:
+        return found
+    judged = judged or {}
+    narrowed = tighten(found, [judged.get(x) or judge_step(p, slo, window) for x, p in kept.items()
+                               if found.capacity < x < found.ceiling])
     if narrowed is not found:
         info(f"  the ladder holds loads inside the bracket {found.capacity:g}-{found.ceiling:g}: "
              f"under {slo} it is {narrowed.capacity:g}-{narrowed.ceiling:g}")
@@ -474,7 +480,9 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
     def measure(load: float) -> Verdict:
         if float(load) not in kept:
             measure_at(load)  # kept, with its requests, by measure_at
-        step = judged.get(float(load)) or judge_step(kept[float(load)], slo, window)
+        if float(load) not in judged:  # measured by this search: judged once, and read again by `within`
+            judged[float(load)] = judge_step(kept[float(load)], slo, window)
+        step = judged[float(load)]
         return Verdict.of_window(step.state, step.margin, more=step.more)
 
     # a load the server could not keep up with fails every SLO, and so does any load above it: the span
@@ -482,7 +490,7 @@ def span_search(slo: Slo, name: str, kept: dict[float, BenchPoint], window: Wind
     # 40 req/s, it grew to 83.5 and 57.8, both saturated, although 43.8 and 48 had saturated already)
     saturated = [x for x, s in judged.items() if s.state in OVERLOADED and x > search_floor]
     found = within(search(measure, start_from(list(judged.values())) or near, min(saturated, default=None)),
-                   slo, kept, window)
+                   slo, kept, window, judged)
     info(f"  ladder spans {name}: " + (f"capacity {found.capacity:g} ({found.reason})" if found.capacity is not None
                                        else f"not met ({found.reason})"))
     return found
