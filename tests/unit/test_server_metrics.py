@@ -92,6 +92,34 @@ def test_summary_of_a_series_has_means_maxima_and_deltas():
     assert set(summary.missing) >= {"preemptions", "prefix_cache_hits"}
 
 
+def test_steps_behind_several_api_servers_are_counted_once():
+    """Four API servers each count the steps that carried their requests; /metrics sums them (as
+    12-06's H100 read 3.78-4.01x the steps of one API server at the same loads)."""
+    pages = [page(0, 0, 0.0, 0, 0, [("8.0", 0), ("+Inf", 0)]),
+             page(4, 0, 0.2, 1000, 160, [("8.0", 400), ("+Inf", 460)])]
+    scrapes = [parse(p, t=float(i)) for i, p in enumerate(pages)]
+    four = summarize(scrapes, interval_s=1.0, api_servers=4)
+    assert four.steps == 115 and four.steps_counted == 460 and four.api_servers == 4
+    assert four.tokens_per_step == pytest.approx(1160 / 115) and four.step_s == pytest.approx(1 / 115)
+    assert four.steps_by_tokens == {}  # each bucket held a share of a step: no step's size
+    for unknown in (None, 1):  # vLLM's default, one API server: the count as it is
+        one = summarize(scrapes, interval_s=1.0, api_servers=unknown)
+        assert one.steps == 460 and one.steps_counted is None and one.steps_by_tokens == {"8.0": 400, "+Inf": 60}
+
+
+def test_the_api_servers_come_from_the_processes_seen_else_from_what_was_asked():
+    from types import SimpleNamespace
+
+    from quantkit.measure.capacity.bench import api_servers
+
+    started = SimpleNamespace(info=SimpleNamespace(serve_config={"api_server_count": 2}))
+    seen = {"unmeasured": None, "roles": {"api_server": {"processes": 4}}}
+    assert api_servers(started, seen) == 4  # what ran wins over what was asked
+    assert api_servers(started, {"unmeasured": "the server at gpu-1 is not on this machine", "roles": {}}) == 2
+    assert api_servers(SimpleNamespace(info=SimpleNamespace(serve_config={})), None) is None
+    assert api_servers(SimpleNamespace(), {"unmeasured": None, "roles": {"api_server": {"processes": 1}}}) == 1
+
+
 def test_slope():
     assert slope([0, 1, 2, 3], [1, 3, 5, 7]) == pytest.approx(2.0)
     assert slope([0, 1], [0, 1]) is None and slope([1, 1, 1], [1, 2, 3]) is None

@@ -181,11 +181,23 @@ def measure_point(server: Server, target: Target, prompts: list, output_len: int
                           alive=server.alive, input_len=input_len, workers=workers,
                           stop_when=stop_factory(monitor) if stop_factory else None, window=window, ramp_s=ramp_s,
                           drained=drained)
-    summary = monitor.summary()
-    point.server_metrics = summary.model_dump(mode="json") if summary else None
     point.gpus = monitor.gpu_summary()
     point.host = monitor.host_summary()
+    summary = monitor.summary(api_servers(server, point.host))
+    point.server_metrics = summary.model_dump(mode="json") if summary else None
     return point
+
+
+def api_servers(server: Server, host: dict[str, Any] | None) -> int | None:
+    """The server's API server processes, whose step counts /metrics sums (observe/metrics.py): the
+    processes seen in the point where the host was measured, else the count it was started with
+    (a server quantkit started), else None (a server elsewhere: taken as vLLM's default, one)."""
+    seen = ((host or {}).get("roles") or {}).get("api_server") or {}
+    if not (host or {}).get("unmeasured") and seen.get("processes"):
+        return int(seen["processes"])
+    info = getattr(server, "info", None)
+    asked = (getattr(info, "serve_config", None) or {}).get("api_server_count")
+    return int(asked) if asked else None
 
 
 def run_bench(

