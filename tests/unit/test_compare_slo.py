@@ -191,3 +191,29 @@ def test_a_tier_whose_rival_ladder_begins_above_the_winner_is_inconclusive():
     assert _open_rivals(d, {"fp8": 40.0}) == {"fp8": "its ladder begins at 40, above baseline's 30"}
     assert _open_rivals(d, {"fp8": 20.0}) == {}  # below 20 < 30: baseline is ahead whatever it is
     assert _open_rivals(d, {"baseline": 40.0}) == {}
+
+
+def test_the_measured_slo_judges_the_ladder_again_and_shows_what_it_holds(tmp_path):
+    """`--slo S` with S the SLO measured: a search that stepped over a pass (before 8ede9f8: 12-06's
+    gptq printed 32.4 req/s where its ladder held 34.35) shows its ladder's figure, said so; a search
+    its ladder agrees with is shown as stored, with no note."""
+    slo = "ttft_p95=0.5"
+    with Store(tmp_path / "results.db") as s:
+        for variant, printed in (("baseline", None), ("gptq", (2.0, 4.0))):
+            result, stored = ladder([1, 2, 4, 4.4], ttft_per_rate=0.1, slo=slo, model_dir=f"/models/m-{variant}")
+            if printed:  # as the old search left it: 2 held, "breaks at 4", though 4 passed (TTFT p95 0.48 s)
+                result.search.capacity, result.search.ceiling = printed
+                at2 = result.points[1]
+                result.capacity = result.capacity.model_copy(update={
+                    "load": 2.0, "rate": 2.0, "point_index": 1, "req_s": at2.req_s, "output_tok_s": at2.output_tok_s})
+            rec = s.begin(run_key("capacity", v=variant), "capacity", "m", variant, {"checkpoint": f"/models/m-{variant}"})
+            for p in stored:
+                s.add_point(rec, p)
+            s.finish(rec, result.model_dump(mode="json", exclude={"path"}))
+        out = compare(s, model="m", out_dir=tmp_path / "r", slo=parse_slo(slo))
+    got = cells(out)
+    assert (got["baseline"].load, got["baseline"].ceiling) == (4, 4.4)
+    assert (got["gptq"].load, got["gptq"].ceiling) == (4, 4.4)
+    (note,) = [n for n in out["report"].notes if n.startswith("gptq:")]
+    assert "holds 4 req/s (breaks at 4.4) where its search printed 2" in note
+    assert not [n for n in out["report"].notes if n.startswith("baseline:")]
