@@ -50,7 +50,8 @@ def slo(server, smollm2_dir):
 
 
 # the search's logic is unit-tested on measured curves (test_capacity_search); make test runs the
-# burst search on vLLM in the two tests below and the default (Poisson) one at the end
+# burst search on vLLM through the CLI (test_cli_capacity_against_url_is_stored) and the default
+# (Poisson) one at the end, the server's series checked on its points; the two below: make test-slow
 @pytest.mark.slow
 def test_capacity_search_finds_a_bracket_and_keeps_every_point(server, smollm2_dir, slo, tmp_path):
     started = time.monotonic()
@@ -86,6 +87,9 @@ def test_capacity_search_finds_a_bracket_and_keeps_every_point(server, smollm2_d
     assert exported["kind"] == "quantkit.capacity" and len(exported["points"]) == len(result.points)
 
 
+# the Poisson search below checks the same series on its own points in make test; this burst version
+# (c=8 over 4 slots: a queue by construction, the batch-slot bound named) runs in make test-slow
+@pytest.mark.slow
 def test_metrics_series_are_present_and_plausible(server, smollm2_dir, slo, tmp_path):
     # 48-token outputs: the c=8 point lasts seconds, not one, so the 1-s /metrics readings see its queue
     settings = CapacitySettings(**{**SETTINGS, "max": 8, "output_len": 48, "waves": 3}, early_stop=False)
@@ -209,4 +213,16 @@ def test_poisson_capacity_on_vllm_is_a_steady_state_window_with_every_request_st
             rows = decode(p["samples"])
             assert sum(1 for _, where in rows if where == "window") == p["window"]["measured"]
         assert not any("samples" in p and p["samples"] for p in record.result["points"])  # kept once, in points
+    # vLLM's /metrics and the CPU of its processes beside every point (the server found by its port)
+    for p in points:
+        sm, host = p["server_metrics"], p["host"]
+        assert sm and sm["samples"] >= 2 and not {"running", "waiting", "kv_usage"} & set(sm["missing"])
+        assert sm["running"]["max"] <= SLOTS and sm["deltas"]["generation_tokens"] >= 1 and sm["steps"] >= 1
+        assert sm["api_servers"] == 1 and sm["steps_counted"] is None  # one API server: its count is the steps
+        assert host["unmeasured"] is None and host["roles"]["engine_core"]["names"] == ["VLLM::EngineCore"]
+        assert host["roles"]["api_server"]["processes"] == 1 and host["roles"]["engine_core"]["cores_mean"] > 0
+        if p["window"]["verdict"] == "saturated" and not p["client_limited"]:
+            assert sm["waiting"]["max"] >= 1, sm  # arrivals beyond the 4 slots queue
+    top = max(points, key=lambda p: p["rate"])
+    assert top["server_metrics"]["kv_usage"]["max"] > 0
 
