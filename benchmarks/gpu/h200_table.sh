@@ -57,8 +57,12 @@
 # (starts from 12-06's loads: an H200 machine saturated bf16 at 28.6, an H100 held bf16 at 31.2 and
 # fp8 at 36; a ladder whose top holds goes on from it) the defaults of bf16 and fp8, then fp8 with the
 # host levers (more API servers, fewer stream chunks); a lever that moves the fp8 ceiling is the
-# host's proof. The tuner (quantkit tune, one
-# server per trial, ~6-7 min a trial on the GPU) needs more than one session's 30 minutes.
+# host's proof. Ran 12-06 night on an H100 (docs/reports/h200/levers-h100-2026-12-06): bf16 34.21,
+# fp8 41.05, fp8 with the host levers 41.05 again: the host does not bind, the GPU at its power limit
+# does. Next, the levers that shorten the step, on one machine (fp8 first, bf16 for the ratio):
+#   PLAN="fp8:fp8::L512@38 fp8-kv:fp8:--kv-cache-dtype=fp8:L512@38 fp8-mnbt:fp8:--max-num-batched-tokens=4096:L512@38 bf16:bf16::L512@32" CONVERT=fp8 HI_FACTOR=1.2
+# The tuner (quantkit tune, one server per trial, ~6-7 min a trial on the GPU) needs more than one
+# session's 30 minutes.
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
