@@ -153,7 +153,7 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
     capacity_result = records.read(CapacityResult, capacity.result) if capacity is not None else None
     if capacity is not None and capacity.status != "done":
         # keep what finished: a search cut short still has its ladder, judged from its own points
-        capacity_result = unfinished_ladder(store, capacity)
+        capacity_result = ladder_judged_again(store, capacity)
         if capacity_result is not None:
             shown = f" (shown: the {len(capacity_result.points)} points it measured)"
             problems = [p + shown if p.startswith("capacity ") else p for p in problems]
@@ -186,10 +186,11 @@ def variant_of(store: Store, name: str, stages: dict[str, Record], baseline_eval
                    recovery=recovery, status=status, error="; ".join(problems) or None)
 
 
-def unfinished_ladder(store: Store, record: Record) -> CapacityResult | None:
-    """An interrupted or failed steady-state search as far as it got: its stored points judged under
-    its own SLO (measure/capacity/ladder.py), so the figures are its ladder's, never a finished search's
-    claim; None when it kept no result or no steady-state points (a burst)."""
+def ladder_judged_again(store: Store, record: Record) -> CapacityResult | None:
+    """A capacity record's stored points judged under its own SLO (measure/capacity/ladder.py), so
+    the figures are its ladder's: an interrupted or failed search as far as it got (never a finished
+    search's claim), or a finished one whose search may have stepped over a pass (report/ladders.py);
+    None when it kept no result or no steady-state points (a burst)."""
     from ..measure.capacity.ladder import rederive
 
     if not record.result or not (points := store.points(record.id)):

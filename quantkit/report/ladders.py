@@ -20,6 +20,7 @@ from ..measure.capacity.ladder import rederive
 from ..measure.stats.slo import Slo
 from ..store import Record, Store
 from .build import Variant
+from .gather import ladder_judged_again
 from .records import as_model
 
 
@@ -59,11 +60,8 @@ def _rejudged(store: Store, record: Record, v: Variant, result: CapacityResult) 
     """A capacity under the SLO it was measured under, its ladder judged again: the ladder's figure
     where it differs from the stored one (a search that stepped over a pass), with a note; a burst
     or a record without its points stays as stored."""
-    try:
-        derived = rederive(result, store.points(record.id), result.slo, model_dir=v.model_dir or None).result
-    except UsageError:
-        return []
-    stored, again = result.search, derived.search
+    derived = ladder_judged_again(store, record)
+    stored, again = result.search, derived.search if derived is not None else None
     if stored is None or again is None or (stored.capacity, stored.ceiling) == (again.capacity, again.ceiling):
         return []
     v.capacity = derived
