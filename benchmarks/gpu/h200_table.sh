@@ -46,9 +46,15 @@
 # Two plans left, one session each:
 #   (a) PLAN="w4a8:w4a8-fp8::L512@32 bf16:bf16::L512@31 int8:int8::L512@38" CONVERT="w4a8-fp8 int8"
 #       (W4A8-FP8 first: never served at 8B; bf16 and int8 again on the same machine for a same-machine ratio)
-#   (b) PLAN="bf16-long:bf16::L4096@4 fp8-long:fp8::L4096@5 fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5" CONVERT=fp8
-# each with HI_FACTOR=1.35 and `start` given the budget left after the first call less ~60 s; a refused start
-# costs 15-90 s of the budget: ask `status` first and wait out a "none now".
+#   (b) long context. 12-07 (docs/reports/h200/long-h100-2026-12-07) ran bf16 there only: 3.93 req/s sustained,
+#       5.07 not (KV cache full), its ladder 13 min (8 points; the MLPerf span's p99 points 85-106 s each). Its
+#       20-s windows held ~90 arrivals at ~4.5 req/s (Poisson +-10%, the ladder's step) and missed the KV
+#       episodes a 85-s window saw, so long context needs long windows and no span points (its tiers are
+#       judged again from the recipe ladder's points):
+#       PLAN="fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@6 fp8-long:fp8::L4096@4.5" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.25
+#       (two ladders of ~8-10 min; bf16 at long context from 12-07 is the cross-machine reference)
+# (a) with HI_FACTOR=1.35; each with `start` given the budget left after the first call less ~60 s; a refused
+# start costs 15-90 s of the budget: ask `status` first and wait out a "none now".
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
 # figures (engine-core and API-server CPU, GPU busy and SM clock, step time; bench --url finds the
 # local server by its port), and the bound is named at each ladder's first failing load. In its own
