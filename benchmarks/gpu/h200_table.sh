@@ -51,8 +51,11 @@
 #       20-s windows held ~90 arrivals at ~4.5 req/s (Poisson +-10%, the ladder's step) and missed the KV
 #       episodes a 85-s window saw, so long context needs long windows and no span points (its tiers are
 #       judged again from the recipe ladder's points):
-#       PLAN="fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@6 fp8-long:fp8::L4096@4.5" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.25
-#       (two ladders of ~8-10 min; bf16 at long context from 12-07 is the cross-machine reference)
+#       PLAN="fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5 fp8-long:fp8::L4096@4.5" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.25
+#       (two ladders of ~8-10 min; bf16 at long context from 12-07 is the cross-machine reference). Starts from
+#       arithmetic: fp8 weights leave ~515k KV tokens (12-06) = ~111 requests of 4,608, ~+11% on bf16's 100;
+#       an FP8 KV cache ~220, so TPOT binds first there: bf16's TPOT p95 was 45.5 of 50 ms at 4.66 req/s and an
+#       fp8 step is ~0.83x bf16's, so ~5-5.6 req/s
 # (a) with HI_FACTOR=1.35; each with `start` given the budget left after the first call less ~60 s; a refused
 # start costs 15-90 s of the budget: ask `status` first and wait out a "none now".
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
