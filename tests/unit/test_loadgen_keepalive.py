@@ -1,6 +1,6 @@
 """The load generator never reuses a pooled connection the server may already have closed.
 
-A real aiohttp server in its own thread closes idle connections after `server_ka` seconds (vLLM's
+A real aiohttp server in its own thread closes idle connections after `SERVER_KA` seconds (vLLM's
 uvicorn does after 5 s). The client's event loop is then held past that (a worker busy parsing
 streams runs late the same way), so the server's FIN is waiting unread when the next request picks a
 connection: aiohttp's default pool (15 s) reuses the closed socket and the request fails without
