@@ -43,19 +43,17 @@
 # another, where bf16 was not re-measured). The second run's 30 minutes: five refused starts cost 331 s, then
 # start + bundle ~200 s, conversions (~95-108 s) beside the warm-up (197 s, served: the fixed KV cache works),
 # int8 server 80 s + ladder 148 s, gptq server 76 s + two ladders 175 + 485 s (its top held, then a recheck).
-# Two plans left, one session each:
+# Plans left, one session each:
 #   (a) PLAN="w4a8:w4a8-fp8::L512@32 bf16:bf16::L512@31 int8:int8::L512@38" CONVERT="w4a8-fp8 int8"
 #       (W4A8-FP8 first: never served at 8B; bf16 and int8 again on the same machine for a same-machine ratio)
-#   (b) long context. 12-07 (docs/reports/h200/long-h100-2026-12-07) ran bf16 there only: 3.93 req/s sustained,
-#       5.07 not (KV cache full), its ladder 13 min (8 points; the MLPerf span's p99 points 85-106 s each). Its
-#       20-s windows held ~90 arrivals at ~4.5 req/s (Poisson +-10%, the ladder's step) and missed the KV
-#       episodes a 85-s window saw, so long context needs long windows and no span points (its tiers are
-#       judged again from the recipe ladder's points):
-#       PLAN="fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5 fp8-long:fp8::L4096@4.5" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.25
-#       (two ladders of ~8-10 min; bf16 at long context from 12-07 is the cross-machine reference). Starts from
-#       arithmetic: fp8 weights leave ~515k KV tokens (12-06) = ~111 requests of 4,608, ~+11% on bf16's 100;
-#       an FP8 KV cache ~220, so TPOT binds first there: bf16's TPOT p95 was 45.5 of 50 ms at 4.66 req/s and an
-#       fp8 step is ~0.83x bf16's, so ~5-5.6 req/s
+#   (b) long context, the FP8 KV cache on bf16 and fp8 on one machine:
+#       PLAN="bf16+kv-long:bf16:--kv-cache-dtype=fp8:L4096@5 fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5.5" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.2
+#       Done so far at 4,096/512, 60-120-s windows and no span points (20-s windows, about one request's
+#       lifetime, missed the KV episodes an 85-s window saw): bf16 3.93 sustained / 5.07 not, KV-bound
+#       (docs/reports/h200/long-h100-2026-12-07); fp8 4.5 / 5.62, KV-bound; fp8 + FP8 KV 5.69 / 6.2,
+#       GPU-bound at ~3,100-3,200 output tok/s (docs/reports/h200/long-fp8-h100-2026-12-07; the plan was
+#       "fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5 fp8-long:fp8::L4096@4.5"). bf16's start: its 512/256
+#       compute ceiling (~26k tokens/s) over 4,608 tokens a request is ~5.6 req/s once its KV cache stops binding.
 # (a) with HI_FACTOR=1.35; each with `start` given the budget left after the first call less ~60 s; a refused
 # start costs 15-90 s of the budget: ask `status` first and wait out a "none now".
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
