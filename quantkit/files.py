@@ -252,3 +252,15 @@ def is_path_name(value: Any) -> bool:
     """Whether `value` names one entry of a folder (a name with a separator, '.' or '..' names
     another folder: `reports/../../..` is not inside reports/)."""
     return isinstance(value, str) and value not in ("", ".", "..") and not any(c in value for c in "/\\\0")
+
+
+def fmt_bytes(n: int | None, missing: str = "—") -> str:
+    """A size as the report, the card and `models ls` write it (`64.14 MiB`); `missing` (the
+    report's dash, report/text.DASH) for none. Here, not in report/, so that a command printing a
+    size does not import the report."""
+    if n is None:
+        return missing
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{n} B"

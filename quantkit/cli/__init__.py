@@ -1,6 +1,8 @@
 """The typer app. Each command module parses its options, calls one library function and prints.
 
 Command modules register themselves on `app` when imported below; a module owns its commands.
+Heavy imports are inside the commands: building the app imports typer, rich and the pydantic
+settings the options are made from, and `quantkit --help` starts in about 0.5 s.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def models_ls(json: Json = False, quiet: Quiet = False) -> None:
     """List checkpoints in the models folder or named by stored records: size, age, method, records."""
     from ..console import warn
     from ..housekeeping import leftovers, leftovers_line, list_checkpoints
-    from ..report.render import fmt_bytes
+    from ..files import fmt_bytes
     from ..store import Store
 
     def body():

@@ -15,7 +15,7 @@ from typing import Annotated, Any, List, Optional
 import typer
 from pydantic import BaseModel
 
-from ..measure.capacity.live import CapacitySettings
+from ..measure.capacity.settings import CapacitySettings
 from ..measure.stats.point import WindowSettings
 from ..measure.capacity.profiles import CPU_WINDOW, GPU_WINDOW, PROFILES
 from ..measure.stats.tiers import TIERS

@@ -8,7 +8,6 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..quantize import recipe as recipes
 from ..console import run_command, stdout
 from ..methods import METHODS
 from ..registry import BACKENDS
@@ -65,6 +64,8 @@ def _kv_cache(value: str | None) -> str | None:
 def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dict[str, object]) -> None:
     """Calibration flags on a data-free method are refused, not ignored (recipe.refuse_calibration,
     the rule a run recipe's variants follow too)."""
+    from ..quantize import recipe as recipes
+
     given = [flag for flag, value in flags.items() if value is not None]
     if not given or (method is None and recipe is None):
         return  # nothing to refuse, or plan() says what is missing
@@ -77,7 +78,7 @@ def _refuse_calibration_flags(method: str | None, recipe: str | None, flags: dic
 def _print_record(record) -> None:
     from ..checkpoint import ConvertRecord
     from ..report import records
-    from ..report.render import fmt_bytes
+    from ..files import fmt_bytes
 
     table = Table(show_header=False, box=None, pad_edge=False)
     record = records.read(ConvertRecord, record)  # its recipe, calibration and vLLM check as models
@@ -105,6 +106,7 @@ def _print_record(record) -> None:
 @app.command("recipes")
 def list_recipes(json: Json = False, quiet: Quiet = False) -> None:
     """List the built-in recipes."""
+    from ..quantize import recipe as recipes
 
     def body():
         return [

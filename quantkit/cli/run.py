@@ -14,7 +14,7 @@ from . import app
 from .. import numbers
 from ..files import output_folder
 from ..measure.stats.tiers import TIERS
-from ..pipeline.recipe import EXECUTORS
+from ..labels import EXECUTORS
 from .options import Json, Quiet, mode, number_option
 
 def _print_summary(summary) -> None:

@@ -10,7 +10,6 @@ from rich import box
 from rich.table import Table
 
 from ..console import run_command, stderr, stdout
-from ..models import local_folder
 from . import app
 from .capacity_options import (CAPACITY_DEFAULTS, OPTION_OF_FIELD, CapacityMax, CapacityProfile, CapacityStart,
                                Confidence, InputLen, OutputLen, Span, Tolerance, Waves, WindowMax, WindowMin, WindowWarmup,
@@ -32,6 +31,7 @@ def serve(
     serve: ServingOptions = None,
 ) -> None:
     """Serve MODEL_DIR with vLLM in the foreground until Ctrl-C (which stops it cleanly)."""
+    from ..models import local_folder
     from ..serve.server import VLLMServer, serve_forever
 
     def body():
@@ -97,6 +97,7 @@ def bench(
     from ..errors import UsageError
     from ..measure.capacity.bench import bench as run_bench
     from ..measure.stats.slo import parse_slo
+    from ..models import local_folder
 
     def body():
         nonlocal model_dir
@@ -294,6 +295,7 @@ def tune(
     from ..measure.capacity.live import CapacitySettings
     from ..measure.stats.slo import parse_slo
     from ..measure.tune.study import TuneSettings, parse_space, tune as do_tune
+    from ..models import local_folder
 
     def body():
         nonlocal model_dir

@@ -21,7 +21,7 @@ from ..evals.gates import Gates, GrowSettings
 from ..fidelity.gate import FidelityGates
 from ..fidelity.result import FidelitySettings
 from ..files import PLAIN_NAME_RULE, is_plain_name
-from ..labels import BASELINE
+from ..labels import BASELINE, EXECUTORS
 from ..measure.capacity.live import CapacitySettings
 from ..measure.stats.slo import Slo
 from ..measure.tune.study import TuneSettings
@@ -140,9 +140,7 @@ class FidelityStage(FidelitySettings):
 
 
 ExecutorKind = Literal["local", "ray"]
-# what each executor does, for `quantkit run --executor`'s help (generated from this table)
-EXECUTORS: dict[str, str] = {"local": "one variant after another, the default",
-                             "ray": "one variant per lane, in parallel"}
+# labels.EXECUTORS says what each does, for `quantkit run --executor`'s help
 assert set(EXECUTORS) == set(get_args(ExecutorKind)), "every executor kind needs its one-line description"
 
 

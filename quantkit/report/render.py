@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..safeload import read_json
-from ..files import atomic_write_bytes
+from ..files import atomic_write_bytes, fmt_bytes
 from .build import SCHEMA_VERSION, DecodeBound, Point, Report, TaskScore
 from .decision import CapacityCell, Decision, from_proxy, ratio_held
 from .fidelity import fidelity_table
@@ -45,15 +45,6 @@ def fmt_pm(value: float | None, stderr: float | None, digits: int = 4, missing: 
         return missing
     text = f"{value:.{digits}f}"
     return text + (f" ± {stderr:.{digits}f}" if stderr is not None else "")
-
-
-def fmt_bytes(n: int | None, missing: str = DASH) -> str:
-    if n is None:
-        return missing
-    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{n} B"
 
 
 def fmt_ms(seconds: tuple[float | None, ...], missing: str = DASH) -> str:
