@@ -15,7 +15,7 @@ from quantkit.measure.stats.point import RequestResult
 from quantkit.measure.stats.samples import decode, encode
 from quantkit.measure.capacity.search import Verdict, search_capacity
 from quantkit.measure.stats.slo import parse_slo
-from quantkit.measure.stats.window import WindowSettings, WindowStop, saturation, split, summarize
+from quantkit.measure.stats.window import WindowSettings, WindowStop, effective_min, saturation, split, summarize
 
 
 def req(i, start, ttft=0.1, tpot=0.01, n=16, ok=True):
@@ -122,6 +122,26 @@ def test_the_stop_rule_waits_for_min_s_then_closes_on_a_decided_verdict():
     said = stop(results, 21.5)
     assert said and "cap" in said
     assert stop(results[:200], 9.0).startswith("decided: pass")
+
+
+def test_a_window_spans_several_request_lifetimes_before_it_decides():
+    """Requests of 10 s at 5/s: a 5-s minimum would decide a window of half a request's lifetime
+    (12-07, an H100 at 4,096/512: a 21-s window passed a load an 85-s one could not). The window
+    now spans 3 lifetimes, 30 s; a cap below that wins; short requests keep the minimum asked."""
+    s = WindowSettings(warmup_s=1.0, min_s=5.0, max_s=60.0, min_requests=20)
+    results = [req(i, i * 0.2, ttft=0.1, tpot=0.1, n=100) for i in range(600)]  # e2e 10.0 s each
+
+    def finished(t):
+        return [r for r in results if r.start_s + r.e2e <= t]
+
+    assert effective_min(results, s) == pytest.approx(30.0)
+    assert effective_min(results, s.model_copy(update={"max_s": 20.0})) == 20.0
+    assert effective_min([req(i, i * 0.2) for i in range(50)], s) == 5.0  # 0.25-s requests: 5 s stays
+    stop = WindowStop(parse_slo("ttft_p95=0.5"), s)
+    # warm-up 15 s (1.5 lifetimes); the window's sends must span 30 s and every earlier one be done
+    assert stop(finished(30.0), 30.0) is None  # the old rule decided here: warm-up 15 s + 5 s, a 5-s window
+    assert stop(finished(54.0), 54.0) is None  # sends of 15..44 s are done: a 29-s window
+    assert stop(finished(56.0), 56.0).startswith("decided: pass")
 
 
 def _stop_at(in_flight, at_s: float):

@@ -10,8 +10,9 @@ streams) and measures only what a server sustains:
 - **cool-down**: requests sent after the window closed, or still running when it closed, are left
   out too (counted, and said so);
 - **verdict**: `confidence.judge` on the window's requests; the point ends once the verdict is
-  decided and the window holds `min_requests` over at least `min_s` seconds, or at `max_s`
-  (`undecided` if the data still cannot tell);
+  decided and the window holds `min_requests` over at least `min_s` seconds (and at least
+  `WINDOW_LIFETIMES` median request durations), or at `max_s` (`undecided` if the data still
+  cannot tell);
 - **saturation**: completions fall behind arrivals: the client's own count of requests in flight
   grows through the window by more than its steady-state noise (3 sqrt(L + 1), L in flight) and by more than 10%
   of the window's arrivals (achieved rate below 90% of offered). Its percentiles describe a queue
@@ -47,6 +48,10 @@ SATURATION_SIGMAS = 3.0  # ... and beyond this many standard deviations of a ste
 # 10-25% over capacity never grows by twice it, and would run every such point to its cap
 SATURATION_CLEAR = 2.0
 STALL_AFTER = 4.0  # no completion for this many idle request durations after the first send: a stall
+# a window spans at least this many median request durations (up to its cap): one shorter than a few
+# request lifetimes cannot see the queue episodes of a full KV cache. 12-07, one H100, bf16 at 4,096 in /
+# 512 out (requests of 14-20 s): a 21-s window passed 4.66 req/s; an 85-s one at 4.21 saw TTFT p95 2.1 s
+WINDOW_LIFETIMES = 3.0
 
 
 def _end(r: RequestResult) -> float | None:
@@ -60,6 +65,14 @@ def effective_warmup(results: list[RequestResult], settings: WindowSettings) -> 
     e2e = [r.e2e for r in results if r.ok and r.e2e is not None]
     longer = 1.5 * percentile(e2e, 50) if e2e else 0.0
     return max(settings.warmup_s, min(longer, settings.max_s / 3))
+
+
+def effective_min(results: list[RequestResult], settings: WindowSettings) -> float:
+    """The shortest window: `min_s`, or `WINDOW_LIFETIMES` median request durations at this load if
+    longer, never past the cap `max_s`."""
+    e2e = [r.e2e for r in results if r.ok and r.e2e is not None]
+    longer = WINDOW_LIFETIMES * percentile(e2e, 50) if e2e else 0.0
+    return max(settings.min_s, min(longer, settings.max_s))
 
 
 def split(results: list[RequestResult], warmup_s: float) -> tuple[list[RequestResult], int, int]:
@@ -256,7 +269,8 @@ class WindowStop:
             self.series.append((elapsed_s, float(sent - len(finished))))
         if elapsed_s >= warmup + s.max_s:
             return f"the window reached its cap of {s.max_s:g} s"
-        if elapsed_s < warmup + s.min_s or self.slo is None:
+        min_s = effective_min(finished, s)
+        if elapsed_s < warmup + min_s or self.slo is None:
             return None
         if not finished:
             # a closed loop has sent its streams' first requests; an open one, two
@@ -270,7 +284,7 @@ class WindowStop:
                 # growing, but not clearly (None): a longer window tells a queue from noise (the cap ends it)
                 return saturation(recent, arrivals, elapsed_s - warmup, SATURATION_CLEAR)[0]
         summary, _ = summarize(self.slo, finished, s, open_loop=False)
-        if summary.end_s - summary.start_s < s.min_s:  # the window itself spans min_s, not the point
+        if summary.end_s - summary.start_s < min_s:  # the window itself spans min_s, not the point
             return None
         if summary.verdict == "fail" or (summary.verdict == "pass" and summary.measured >= s.min_requests):
             return f"decided: {summary.verdict} at {s.confidence:.0%} confidence over {summary.measured} requests"
