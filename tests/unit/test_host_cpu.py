@@ -140,3 +140,20 @@ def test_gpus_are_read_for_a_server_on_this_machine_only(monkeypatch):
     assert gpu.gpus_of(attached("http://localhost:8000/v1")) == "reader"
     assert gpu.gpus_of(attached("http://203.0.113.7:8000")) is None  # TEST-NET-3: never this machine
     assert len(opened) == 3
+
+
+def test_another_vllm_server_in_quantkits_tree_is_not_the_client():
+    """A test session's shared server (or a second lane's) is quantkit's child too: its CPU is no
+    part of the client's figure (12-07: it pushed a 3.8-s point's client figure 0.035 CPU-s over the
+    client's own clock). A plain child, like a load-generator worker, still is the client."""
+    sleep = "import time; time.sleep(30)"
+    server = subprocess.Popen([sys.executable, "-c", sleep, "vllm", "serve", "model"])
+    worker = subprocess.Popen([sys.executable, "-c", sleep])
+    try:
+        procs = HostReader(server_pid=None, source="test").sample()["procs"]
+        assert procs[os.getpid()][0] == "client" and procs[worker.pid][0] == "client"
+        assert server.pid not in procs
+    finally:
+        for proc in (server, worker):
+            proc.kill()
+            proc.wait()

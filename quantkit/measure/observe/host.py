@@ -73,6 +73,21 @@ def _title(proc: Any) -> str:
         return "?"
 
 
+def another_server(proc: Any) -> bool:
+    """A vLLM server in quantkit's own tree other than the one measured (a second lane's, a test
+    session's): its processes are no part of the client's CPU. Seen 12-07: a test session's idle
+    shared server added 0.035 CPU-s to a 3.8-s point's client figure."""
+    import psutil
+
+    try:
+        argv = proc.cmdline()
+    except psutil.Error:
+        return False
+    if argv and argv[0].startswith("VLLM::"):
+        return True
+    return "serve" in argv and any("vllm" in arg for arg in argv)
+
+
 def role_of(title: str, root: bool, api_titled: bool) -> Role:
     """The role of a server's process by its title; the root is the API server unless vLLM runs
     titled API servers (--api-server-count above 1: the root then only supervises them)."""
@@ -127,8 +142,15 @@ class HostReader:
         for p, key in titled:
             title = self._titles[key]
             self._read(procs, p, role_of(title, p.pid == self.server_pid, api_titled), title, key[1])
-        for p in self._tree(self.client_pid):
-            if p.pid not in procs:  # a server quantkit started is its child: counted above, not as the client
+        client = self._tree(self.client_pid)
+        other: set[int] = set()  # another server's processes, and their children
+        for p in client[1:]:
+            if p.pid not in procs and p.pid not in other and another_server(p):
+                other.add(p.pid)
+                other.update(q.pid for q in self._tree(p.pid))
+        for p in client:
+            # a server quantkit started is its child: counted above (the measured one) or not at all
+            if p.pid not in procs and p.pid not in other:
                 try:
                     self._read(procs, p, "client", p.name(), p.create_time())
                 except psutil.Error:
