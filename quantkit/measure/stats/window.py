@@ -58,20 +58,27 @@ def _end(r: RequestResult) -> float | None:
     return r.start_s + r.e2e if r.ok and r.e2e is not None else None
 
 
-def effective_warmup(results: list[RequestResult], settings: WindowSettings) -> float:
+def median_e2e(results: list[RequestResult]) -> float:
+    """The median duration of the finished requests (0 before any finished)."""
+    e2e = [r.e2e for r in results if r.ok and r.e2e is not None]
+    return percentile(e2e, 50) if e2e else 0.0
+
+
+def effective_warmup(results: list[RequestResult], settings: WindowSettings,
+                     median_s: float | None = None) -> float:
     """The warm-up: `warmup_s`, or 1.5 median request durations at this load if longer (the batch
     fills in about one). The lengthening stops at a third of the cap; the warm-up asked for is
-    always kept (it was once cut to a third of the cap too, silently: 10 s asked, 8.3 s used)."""
-    e2e = [r.e2e for r in results if r.ok and r.e2e is not None]
-    longer = 1.5 * percentile(e2e, 50) if e2e else 0.0
+    always kept (it was once cut to a third of the cap too, silently: 10 s asked, 8.3 s used).
+    `median_s`: `median_e2e(results)` when the caller has it already."""
+    longer = 1.5 * (median_e2e(results) if median_s is None else median_s)
     return max(settings.warmup_s, min(longer, settings.max_s / 3))
 
 
-def effective_min(results: list[RequestResult], settings: WindowSettings) -> float:
+def effective_min(results: list[RequestResult], settings: WindowSettings,
+                  median_s: float | None = None) -> float:
     """The shortest window: `min_s`, or `WINDOW_LIFETIMES` median request durations at this load if
-    longer, never past the cap `max_s`."""
-    e2e = [r.e2e for r in results if r.ok and r.e2e is not None]
-    longer = WINDOW_LIFETIMES * percentile(e2e, 50) if e2e else 0.0
+    longer, never past the cap `max_s`. `median_s` as for `effective_warmup`."""
+    longer = WINDOW_LIFETIMES * (median_e2e(results) if median_s is None else median_s)
     return max(settings.min_s, min(longer, settings.max_s))
 
 
@@ -263,13 +270,14 @@ class WindowStop:
         import bisect
 
         s = self.settings
-        warmup = effective_warmup(finished, s)
+        median_s = median_e2e(finished)  # sorted once a tick: the warm-up and the window both need it
+        warmup = effective_warmup(finished, s, median_s)
         sent = bisect.bisect_right(self.offsets, elapsed_s) if self.offsets is not None else None
         if sent is not None:
             self.series.append((elapsed_s, float(sent - len(finished))))
         if elapsed_s >= warmup + s.max_s:
             return f"the window reached its cap of {s.max_s:g} s"
-        min_s = effective_min(finished, s)
+        min_s = effective_min(finished, s, median_s)
         if elapsed_s < warmup + min_s or self.slo is None:
             return None
         if not finished:
