@@ -76,7 +76,9 @@ def _title(proc: Any) -> str:
 def another_server(proc: Any) -> bool:
     """A vLLM server in quantkit's own tree other than the one measured (a second lane's, a test
     session's): its processes are no part of the client's CPU. Seen 12-07: a test session's idle
-    shared server added 0.035 CPU-s to a 3.8-s point's client figure."""
+    shared server added 0.035 CPU-s to a 3.8-s point's client figure. Read afresh at every sample,
+    not cached by (pid, start time) as titles are: exec keeps both, so a child first read between
+    its fork and its exec of `vllm serve` would stay "client" for the rest of the point."""
     import psutil
 
     try:
