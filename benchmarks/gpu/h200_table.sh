@@ -44,18 +44,21 @@
 # start + bundle ~200 s, conversions (~95-108 s) beside the warm-up (197 s, served: the fixed KV cache works),
 # int8 server 80 s + ladder 148 s, gptq server 76 s + two ladders 175 + 485 s (its top held, then a recheck).
 # Plans left, one session each:
-#   (a) PLAN="w4a8:w4a8-fp8::L512@32 bf16:bf16::L512@31 int8:int8::L512@38" CONVERT="w4a8-fp8 int8"
-#       (W4A8-FP8 first: never served at 8B; bf16 and int8 again on the same machine for a same-machine ratio)
-#   (b) long context, the FP8 KV cache on bf16 and fp8 on one machine:
-#       PLAN="bf16+kv-long:bf16:--kv-cache-dtype=fp8:L4096@5 fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5.5" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.2
-#       Done so far at 4,096/512, 60-120-s windows and no span points (20-s windows, about one request's
-#       lifetime, missed the KV episodes an 85-s window saw): bf16 3.93 sustained / 5.07 not, KV-bound
-#       (docs/reports/h200/long-h100-2026-12-07); fp8 4.5 / 5.62, KV-bound; fp8 + FP8 KV 5.69 / 6.2,
-#       GPU-bound at ~3,100-3,200 output tok/s (docs/reports/h200/long-fp8-h100-2026-12-07; the plan was
-#       "fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5 fp8-long:fp8::L4096@4.5"). bf16's start: its 512/256
-#       compute ceiling (~26k tokens/s) over 4,608 tokens a request is ~5.6 req/s once its KV cache stops binding.
-# (a) with HI_FACTOR=1.35; each with `start` given the budget left after the first call less ~60 s; a refused
-# start costs 15-90 s of the budget: ask `status` first and wait out a "none now".
+#   (a) done 12-07 c on one H100 (PLAN="w4a8:w4a8-fp8::L512@32 bf16:bf16::L512@31 int8:int8::L512@38"
+#       CONVERT="w4a8-fp8 int8" HI_FACTOR=1.35): bf16 36.02 / 38.83, W4A8-FP8 40.08 / 43.2 (1.11x, 1.03-1.20x),
+#       int8 44.15 / 47.59 (1.23x, 1.14-1.32x), every tier the same (docs/reports/h200/w4a8-int8-h100-2026-12-07).
+#   (b) long context, the FP8 KV cache on bf16 and fp8 on one machine. Half done, the same session and
+#       machine (PLAN="bf16+kv-long:bf16:--kv-cache-dtype=fp8:L4096@5" CONVERT="" WARMUP=0 WINDOW=60,120,8
+#       SPANS4096= HI_FACTOR=1.2): bf16 + FP8 KV 4.585 / 5, GPU-bound, not the ~5.6 that bf16's 512/256
+#       tokens/s predicted. Earlier machines at 4,096/512 (60-120-s windows; 20-s ones missed KV episodes):
+#       bf16 3.93 / 5.07, KV-bound (long-h100-2026-12-07); fp8 4.5 / 5.62, KV-bound; fp8 + FP8 KV 5.69 / 6.2,
+#       GPU-bound (long-fp8-h100-2026-12-07). Left: fp8 + FP8 KV on the same machine as bf16 + FP8 KV, for a
+#       same-machine ratio (now 1.24x, 1.14-1.35x, across machines), e.g.
+#       PLAN="fp8+kv-long:fp8:--kv-cache-dtype=fp8:L4096@5.7 bf16+kv-long:bf16:--kv-cache-dtype=fp8:L4096@4.6" CONVERT=fp8 WINDOW=60,120,8 SPANS4096= HI_FACTOR=1.2
+#       (each long ladder takes 200-500 s), and a vLLM-client check at long context (C512 is 512/256 only).
+# Give `start` the budget left after the first call less ~60 s; a refused start costs 15-90 s of the budget:
+# ask `status` first and wait out a "none now". A second `start` on the same warm machine (12-07 c: the budget
+# left after plan 1 went to plan 2) appends to orchestrate.log; until 12-07 c it overwrote plan 1's.
 # Issue 43 (what binds near 10k tok/s) runs on this driver too: every ladder point stores the host
 # figures (engine-core and API-server CPU, GPU busy and SM clock, step time; bench --url finds the
 # local server by its port), and the bound is named at each ladder's first failing load. In its own
@@ -217,9 +220,10 @@ start)
     && cp benchmarks/steady_agreement.py $QK_SITE/ && cp benchmarks/gpu/h200_table.sh benchmarks/gpu/common.sh \
        benchmarks/gpu/make_random_8b.py benchmarks/gpu/make_8b_configs.py $Q/
   echo $(( $(date +%s) + $1 )) > $Q/deadline
+  echo "=== $(date +%T) start $1: PLAN=\"$PLAN\" CONVERT=\"$CONVERT\"" >> $Q/logs/orchestrate.log
   setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
     SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" LOAD_SCALE="${LOAD_SCALE-}" WARMUP="${WARMUP-1}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
-    > $Q/logs/orchestrate.log 2>&1 < /dev/null &
+    >> $Q/logs/orchestrate.log 2>&1 < /dev/null &  # appended: a second plan on the same machine keeps the first's
   echo "started; $(left) s to the deadline"
   ;;
 orchestrate)
