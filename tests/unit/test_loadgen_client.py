@@ -208,6 +208,39 @@ def test_a_client_kept_waiting_is_measured_once_more_where_no_worker_can_be_adde
     assert runs == [1] * attempts and point.client.attempts == attempts and point.client_limited
 
 
+def test_a_point_measured_again_hands_its_next_attempt_a_fresh_stop_rule(monkeypatch):
+    """`restart` is called once per attempt after the first, and what it returns is the next
+    attempt's stop rule: the first attempt's rule (and the caller's samples) describe a discarded
+    run. 12-07: a retried point's /metrics summary counted both attempts' engine steps (51 for ~25)."""
+    from quantkit.measure.stats.point import Stats
+
+    monkeypatch.setenv("QUANTKIT_CLIENT_MAX_WORKERS", "1")
+    seen: list[object] = []
+    s = Stats(n=8, mean=0.02, p50=0.02, p90=0.03, p95=0.03, p99=0.04, min=0.01, max=0.05)
+
+    async def measure_once(target, prompts, output_len, **kw):
+        seen.append(kw["stop_when"])
+        point = BenchPoint(profile="concurrency", concurrency=4, output_len=8, input_len=2, num_requests=4,
+                           started_at="t", duration_s=1.0, successes=4, failures=0, prompt_tokens=8,
+                           completion_tokens=32, output_tok_s=32.0, total_tok_s=40.0, req_s=4.0, ttft=s, itl=s,
+                           tpot=s, client=stats(busiest_worker=0.1, loop_lag_p99_ms=40.0),
+                           client_limited=True, client_limited_reason="event-loop lag")
+        return point, []
+
+    monkeypatch.setattr(loadgen, "_measure_once", measure_once)
+    first, fresh = (lambda finished, elapsed: None), (lambda finished, elapsed: None)
+    restarts: list[int] = []
+
+    def restart():
+        restarts.append(1)
+        return fresh
+
+    target = loadgen.Target(api_url="http://x/v1", model="m")
+    point = loadgen.run_point(target, [Prompt(token_ids=[1, 2, 3])] * 4, 8, concurrency=4, stop_when=first,
+                              restart=restart)
+    assert point.client.attempts == 2 and restarts == [1] and seen == [first, fresh]
+
+
 def test_a_signal_during_the_loop_cancels_it_then_reaches_the_programs_handler():
     """quantkit's CLI handler raises KeyboardInterrupt; raised inside a uvloop callback it would be
     logged and lost. run_loop turns the signal into a cancel, then calls the handler outside the loop."""

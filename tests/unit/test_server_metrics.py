@@ -148,6 +148,26 @@ def test_monitor_scrapes_through_a_point_and_survives_a_server_without_metrics()
     assert m.summary() is None and "ConnectError" in m.error
 
 
+def test_a_restarted_monitor_describes_only_what_came_after():
+    """A point measured again keeps its last attempt's figures: restart() drops the samples so far
+    and reads a new baseline, so the step count and the counters' deltas start from there."""
+    counter = {"n": 0}
+
+    def fetch(url):  # 10 engine steps and 100 generated tokens between two scrapes
+        counter["n"] += 1
+        n = counter["n"]
+        return page(2, 0, 0.1, 50 * n, 100 * n, [("+Inf", 10 * n)])
+
+    m = PointMonitor("http://x:1", interval_s=60, fetch=fetch).start()  # no scrape from the thread
+    m.tick(); m.tick()  # the first attempt: 20 steps after the baseline
+    assert m.summary().steps == 20
+    m.restart()  # baseline at scrape 4
+    m.tick()
+    m.stop()  # scrape 6: 20 steps and 200 tokens after the new baseline
+    summary = m.summary()
+    assert summary.samples == 3 and summary.steps == 20 and summary.deltas["generation_tokens"] == 200
+
+
 class FakeNvml(types.ModuleType):
     """The parts of pynvml quantkit calls, with two GPUs whose readings are known."""
 

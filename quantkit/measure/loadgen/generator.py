@@ -433,14 +433,17 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
                           alive: Callable[[], bool] | None = None, input_len: int | None = None,
                           request_timeout: float | None = None, workers: int | None = None,
                           stop_when: Stop | None = None, window: WindowSettings | None = None,
-                          ramp_s: float = 0.0, drained: Drain | None = None) -> BenchPoint:
+                          ramp_s: float = 0.0, drained: Drain | None = None,
+                          restart: Callable[[], Stop | None] | None = None) -> BenchPoint:
     """One measured point: all prompts under a concurrency cap, or at a Poisson rate (optionally
     also capped by `concurrency`). `workers`: client worker processes (None: automatic, and a
     saturated client retries the point with more). `window`: a steady-state point (window.py):
     statistics over its window only, a verdict at a confidence; `stop_when` then closes it.
     `ramp_s`: a concurrency point's streams start spread over this many seconds. `drained`: how the
     wait for an idle server before the point ended (drain.py); a point measured again waits again,
-    and the point is flagged `started_busy` when the wait before its last attempt ran out."""
+    and the point is flagged `started_busy` when the wait before its last attempt ran out.
+    `restart`, called before a point is measured again, gives the next attempt's `stop_when`: the
+    caller's samples and stop rule then describe the last attempt only, as the point's figures do."""
     if concurrency is None and rate is None:
         raise UsageError("a point needs a concurrency or a rate")
     if concurrency is not None and concurrency < 1:
@@ -477,6 +480,8 @@ async def run_point_async(target: Target, prompts: list[Prompt], output_len: int
         count, prompts, attempt = again, fresh, attempt + 1
         # the next attempt starts on an idle server, not on the requests the last one left behind
         drained = await wait_idle(target.api_url.removesuffix("/v1"), headers=client.headers(target.api_key))
+        if restart is not None:
+            stop_when = restart()
     point.client.attempts = attempt
     if drained is not None:
         mark_drain(point, drained)

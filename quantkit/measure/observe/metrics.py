@@ -293,6 +293,17 @@ class PointMonitor:
         while not self._stop.wait(self.interval_s):
             self.tick()
 
+    def restart(self) -> None:
+        """Forget every sample so far and read afresh: a point measured again (a client-limited
+        attempt retried) is described by its last attempt alone, as its latencies are. Without it
+        the step count of 12-07's test_serve_levers read two attempts' steps (51 for ~25)."""
+        with self._lock:
+            self.scrapes.clear()
+            self.gpu_samples.clear()
+            self.host_samples.clear()
+            self._t0 = time.monotonic()
+        self.tick()  # the new baseline of the counters
+
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
