@@ -121,7 +121,8 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype:
     """What vLLM-CPU cannot run on this CPU's ISA (see the module's docstring), or None. `dtype`:
     the one the user asked for (None: quantkit's choice)."""
     name = Path(model_dir).name
-    if is_8bit_weight_only(quantization_config(Path(model_dir))):  # on any CPU: seen on AVX2 and AVX-512 BF16
+    qc = quantization_config(Path(model_dir))
+    if is_8bit_weight_only(qc):  # on any CPU: seen on AVX2 and AVX-512 BF16
         return (f"{name} holds 8-bit weights with 16-bit activations (W8A16), for which vLLM-CPU 0.32 has no kernel "
                 "(its WNA16 kernel takes 4-bit weights only): serve it on a GPU, or convert with --method int8 "
                 "(W8A8) for a CPU")
@@ -132,11 +133,11 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype:
                 else f"--kv-cache-dtype {kv_cache_dtype}: vLLM-CPU runs an FP8 KV cache")
         return (f"{what} only with AVX-512 or AMX, and {this_cpu}: serve with --kv-cache-dtype bfloat16 "
                 "(an unquantized cache), or on an AVX-512 CPU or a GPU")
-    if not _wna16_kernel(isa) and is_4bit_weights(quantization_config(Path(model_dir))):
+    if not _wna16_kernel(isa) and is_4bit_weights(qc):
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) is built "
                 f"only for AVX-512, while {this_cpu}: serve it on an AVX-512 CPU or a GPU, or convert with "
                 "--method int8 (W8A8, which this CPU runs)")
-    if dtype in ("float", "float32") and is_4bit_weights(quantization_config(Path(model_dir))):
+    if dtype in ("float", "float32") and is_4bit_weights(qc):
         # benchmarks/cpu_methods.py, 12-07 on AVX-512 BF16: the server came up, then its first request
         # failed with HTTP 500 ("cpu_gemm_wna16" not implemented for 'Float')
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) has no "

@@ -177,15 +177,17 @@ def measure_point(server: Server, target: Target, prompts: list, output_len: int
     drained = before_point(server.url, headers=headers(target.api_key))
     monitor = PointMonitor(server.url, interval_s, gpus=gpus, host=host)
 
+    def stop_rule():
+        return stop_factory(monitor) if stop_factory else None
+
     def measured_again():  # a retried point: its samples and stop rule start over with the attempt kept
         monitor.restart()
-        return stop_factory(monitor) if stop_factory else None
+        return stop_rule()
 
     with monitor:
         point = run_point(target, prompts, output_len, concurrency=concurrency, rate=rate, seed=seed, slo=slo,
-                          alive=server.alive, input_len=input_len, workers=workers,
-                          stop_when=stop_factory(monitor) if stop_factory else None, window=window, ramp_s=ramp_s,
-                          drained=drained, restart=measured_again)
+                          alive=server.alive, input_len=input_len, workers=workers, stop_when=stop_rule(),
+                          window=window, ramp_s=ramp_s, drained=drained, restart=measured_again)
     point.gpus = monitor.gpu_summary()
     point.host = monitor.host_summary()
     summary = monitor.summary(api_servers(server, point.host))
