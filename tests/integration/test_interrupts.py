@@ -248,8 +248,12 @@ def mid_eval_trial(shared, smollm2_dir, home: Path, sig: int) -> bool:
     log = home / "stderr.txt"
     before = next((n for n in (served(shared.url) for _ in range(20)) if n is not None), None)
     assert before is not None, f"the shared server at {shared.url} answers no /metrics"
+    # One request at a time: CI's run of 12-07 saw this process not run for ~2 minutes while lm-eval's
+    # four streams kept both cores busy, and the signal land as lm-eval ended. One stream leaves this
+    # process more of the machine and makes lm-eval's 1,600 requests last ~2x longer (a later signal
+    # still lands mid-task); signal handling with a request in flight is the same at any concurrency
     proc = start(["eval", smollm2_dir, "--url", shared.url, "--tasks", "arc_easy", "--limit", "400",
-                  "-o", home / "eval"], home, log)
+                  "--concurrency", "1", "-o", home / "eval"], home, log)
     try:
         wait_for(log, "evaluating arc_easy", proc)
         # 60 of lm-eval's 1,600 requests (400 items x 4 choices) served: mid-task, however late the
