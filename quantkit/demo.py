@@ -42,13 +42,12 @@ class DemoProfile:
 # memory-bound where the probe is not: on the AVX2 machine of issue 38 the probe read 11 GFLOP/s
 # (~8x below the imitation) while SmolLM2 served float32 ~1.5x slower, so on a CPU whose matmuls
 # are slow the estimate errs long.
-# demo.yaml's fidelity stage came after those runs: its time per quantized variant is added, as
-# measured standalone the same day on the same machine (2 busy cores, bf16): 129 s (int8, 32
-# windows) and 156 s (GPTQ, 16 windows, the demo's), most of it two server starts. demo-fp32 has
-# no fidelity stage: it would take the AVX2 demo past its 20 minutes.
-FIDELITY_S = 150.0
+# demo.yaml since 12-07 (fidelity stage included, the quick suite at 50 items, fidelity at 8 windows):
+# 1,054 s on a 2-core AVX-512 BF16 EPYC (Zen 4) with both conversions read back from the models
+# folder, plus their 74 s (int8 41 s, GPTQ 33 s) in that machine's run of the same morning (at 100
+# items and 16 windows, 1,387 s): 1,128 s with a fresh store; probe bf16 162-171 GFLOP/s.
 NATIVE_BF16 = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16",
-                          reference_s=1221.0 + 2 * FIDELITY_S, reference_gflops=190.0,
+                          reference_s=1128.0, reference_gflops=167.0,
                           reference="2-core AMD EPYC, AVX-512 BF16")
 FLOAT32 = DemoProfile("demo-fp32", "the CPU would emulate bf16: served in float32, GPTQ and fidelity left out",
                       "float32", reference_s=935.0, reference_gflops=71.0,
