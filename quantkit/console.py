@@ -136,6 +136,24 @@ def interrupt_handler(signum, frame) -> None:  # noqa: ARG001
     raise KeyboardInterrupt
 
 
+def redeliver_swallowed_interrupts() -> None:
+    """Wrap sys.unraisablehook: a KeyboardInterrupt that `interrupt_handler` raised inside a finalizer
+    (a weakref.finalize or GC callback, a __del__) is swallowed by Python ("Exception ignored in"),
+    and the command would run on as if never signalled. The CI rehearsal of 12-07 saw it: Ctrl-C
+    landed in urllib3's connection-pool finalizer, which lm-eval's one-stream client runs at every
+    request, and the evaluation went on for two more minutes. The signal is sent again from a
+    thread, so that it lands outside the finalizer."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable) -> None:
+        if issubclass(unraisable.exc_type, KeyboardInterrupt) and _SIGNAL and os.getpid() == _OWNER_PID:
+            threading.Timer(0.01, os.kill, (os.getpid(), _SIGNAL[0])).start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
+
+
 def interrupted_exit_code() -> int:
     """130 after Ctrl-C, 143 after SIGTERM (128 + the signal), as shells expect."""
     return 128 + (_SIGNAL[0] if _SIGNAL else signal.SIGINT)

@@ -14,7 +14,7 @@ import sys
 import typer
 
 from .. import __version__
-from ..console import interrupt_handler
+from ..console import interrupt_handler, redeliver_swallowed_interrupts
 from ..errors import QuantkitError
 
 app = typer.Typer(
@@ -91,6 +91,7 @@ def main() -> None:
     """The console script: signals take the clean-up path; usage errors are one line (exit 2)."""
     signal.signal(signal.SIGTERM, interrupt_handler)
     signal.signal(signal.SIGINT, interrupt_handler)
+    redeliver_swallowed_interrupts()
     _stacks_on_sigusr1()
     try:
         from ..machine import imitate_in_process
