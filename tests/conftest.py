@@ -27,13 +27,6 @@ def quantkit_home(tmp_path_factory) -> Path:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     if "QUANTKIT_DATA_DIR" not in os.environ and SHARED_DATA.is_dir():
         os.environ["QUANTKIT_DATA_DIR"] = str(SHARED_DATA)
-    # The demo model's conversion is pure input, not a result under test: QUANTKIT_TEST_MODEL_CACHE
-    # (the Makefile's build/test-models) converts it once for make test's two tiers, test-slow and the
-    # backends' tests, which each converted it again (~25-37 s each on 2 cores). A clean clone (CI)
-    # still converts it, once, through the real path.
-    if cache := os.environ.get("QUANTKIT_TEST_MODEL_CACHE"):
-        (home / "models").mkdir(parents=True, exist_ok=True)
-        os.symlink(shared_demo_model(Path(cache)), home / "models" / "smollm2-135m")
     return home
 
 
@@ -74,9 +67,18 @@ def data_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def smollm2_dir(quantkit_home) -> Path:
-    """The built-in demo model as a bf16 safetensors checkpoint (SmolLM2-135M-Instruct)."""
+    """The built-in demo model as a bf16 safetensors checkpoint (SmolLM2-135M-Instruct).
+
+    Its conversion is pure input, not a result under test: QUANTKIT_TEST_MODEL_CACHE (the Makefile's
+    build/test-models) converts it once for make test's two tiers, test-slow and the backends' tests,
+    which each converted it again (~25-37 s each on 2 cores). A clean clone (CI) still converts it,
+    once, through the real path; a session that never asks for it converts nothing."""
     from quantkit import models
 
+    link = quantkit_home / "models" / "smollm2-135m"
+    if (cache := os.environ.get("QUANTKIT_TEST_MODEL_CACHE")) and not link.exists():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(shared_demo_model(Path(cache)), link)
     return models.resolve("smollm2-135m").path
 
 
