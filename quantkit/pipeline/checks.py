@@ -87,19 +87,22 @@ def check_servable_methods(plan: RunRecipe, labels: list[str], source: str) -> N
     machine with a GPU, and a method given as an existing `checkpoint:` (checked when its server
     starts), pass."""
     from ..machine import cpu_isa, has_gpu
-    from ..serve.hardware_fit import FLOAT32_NAMES, scheme_refusal
+    from ..serve.hardware_fit import scheme_refusal
 
     if has_gpu():
         return
     isa = cpu_isa()
     refused: dict[str, str] = {}  # every refused entry at once: the way out must not name another refused one
+    by_machine = False  # a refusal this CPU makes whatever the dtype (else the recipe's float32 alone)
     for entry in plan.methods:
         if entry.checkpoint is not None or entry.label() not in labels:
             continue
         recipe = entry.quant_recipe()
-        reason = scheme_refusal(recipe.scheme, recipe.kv_cache, isa, plan.serve.dtype)
+        machine_reason = scheme_refusal(recipe.scheme, recipe.kv_cache, isa)
+        reason = machine_reason or scheme_refusal(recipe.scheme, recipe.kv_cache, isa, plan.serve.dtype)
         if reason:
             refused[entry.label()] = reason
+            by_machine = by_machine or machine_reason is not None
     if refused:
         named = f"method{'s' if len(refused) > 1 else ''} {', '.join(refused)}"
         reasons = set(refused.values())
@@ -108,14 +111,4 @@ def check_servable_methods(plan: RunRecipe, labels: list[str], source: str) -> N
         raise UsageError(f"{source}: {named} cannot be served here: {why}; remove "
                          f"{'it' if len(refused) == 1 else 'them'} from methods, "
                          + (f"run the others (--only {' --only '.join(others)}), " if others else "")
-                         + ("or drop dtype from serve:" if by_dtype_alone(plan, refused, isa)
-                            else "or run on an AVX-512 CPU or a GPU"))
-
-
-def by_dtype_alone(plan: RunRecipe, refused: dict[str, str], isa) -> bool:
-    """Whether every refused method would be served but for the recipe's float32 `serve: dtype`
-    (vLLM-CPU's 4-bit kernel has none): the way out is dropping it, not another machine."""
-    from ..serve.hardware_fit import scheme_refusal
-
-    entries = {entry.label(): entry.quant_recipe() for entry in plan.methods if entry.label() in refused}
-    return all(scheme_refusal(r.scheme, r.kv_cache, isa) is None for r in entries.values())
+                         + ("or run on an AVX-512 CPU or a GPU" if by_machine else "or drop dtype from serve:"))

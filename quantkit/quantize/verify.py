@@ -27,10 +27,8 @@ DETAIL = re.compile(r"ERROR .*?\]\s+(\S.*cannot implement due to: .*)")
 def verify_in_vllm(dirs: list[Path], timeout: float = 900.0) -> list[dict[str, Any]]:
     """One result per folder, in order: `ok`, or the `error` vLLM (or, for a format this machine's
     vLLM cannot run, quantkit before loading it: `refused`) gave."""
-    from ..serve.hardware_fit import gpu_capability, refusal
-
     from ..machine import has_gpu
-    from ..serve.hardware_fit import serving_dtype
+    from ..serve.hardware_fit import gpu_capability, refusal, serving_dtype
 
     capability = gpu_capability()
     refused = {str(d): refusal(Path(d), capability) for d in dirs}
