@@ -231,3 +231,31 @@ def test_a_busy_gpu_held_by_its_power_limit_is_compute_and_says_so():
     bound = classify(point, c["serve_config"])
     assert bound.kind == "compute" and bound.figures["gpu_power_capped"] == 0.8
     assert "at 1748 MHz, its clock held by the power limit 80% of the time" in bound.evidence
+
+
+def h100_case(name: str) -> tuple[list[dict], dict]:
+    data = json.loads((Path(__file__).parent / "data" / "h100_kv_backlog.json").read_text())[name]
+    return data["points"], data["serve_config"]
+
+
+def test_a_cache_filled_by_the_overloads_backlog_is_read_at_the_met_load():
+    points, config = h100_case("backlog")  # 36.02 met (cache 34% full), 38.83 saturated (cache full)
+    assert classify(points[1], config).kind == "kv_cache"
+    bound = classify_capacity(points, 0, 1, config)
+    assert bound.kind == "compute" and bound.load == 36.02
+    assert bound.evidence.startswith("at 38.83 the KV cache filled (100%, 27 preemptions) with the overload's backlog: "
+                                     "at 36.02 it was 34% full at most, 36% at 38.83")
+    assert "power limit 97%" in bound.evidence
+
+
+def test_a_cache_near_full_at_the_met_load_stays_the_bound():
+    points, config = h100_case("kv_bound")  # 4,096 in: 4.664 met with the cache full (9 preemptions), 5.07 (16)
+    assert classify_capacity(points, 0, 1, config).kind == "kv_cache"
+    # the same met point with a small cache share would have made the full cache the backlog's
+    light = json.loads(json.dumps(points[0]))
+    light["server_metrics"]["kv_usage"]["max"] = 0.2
+    light["server_metrics"]["deltas"]["preemptions"] = 0.0
+    moved = classify_capacity([light, points[1]], 0, 1, config)
+    assert moved.kind != "kv_cache" and moved.load == 4.664 and "with the overload's backlog" in moved.evidence
+    light["server_metrics"]["deltas"]["preemptions"] = 3.0  # a met load that preempted: the cache binds there
+    assert classify_capacity([light, points[1]], 0, 1, config).kind == "kv_cache"

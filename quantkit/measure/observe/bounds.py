@@ -244,9 +244,49 @@ def figures_text(figures: dict[str, float] | None) -> str:
 def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, ceiling_index: int | None,
                       serve_config: dict[str, Any] | None = None) -> CapacityBound | None:
     """The bound that stops a capacity search: read at the first load that broke the SLO (what
-    stopped it), else at the capacity load itself; None when no point was measured."""
-    for index in (ceiling_index, capacity_index):
-        if index is not None and 0 <= index < len(points):
-            p = points[index]
-            return classify(p, serve_config, load=load_kinds.kind(p.get("profile")).load_of(p))
-    return None
+    stopped it), else at the capacity load itself; None when no point was measured.
+
+    One exception: an overload's backlog fills the KV cache whatever bound the server (requests
+    arrive faster than they finish and wait in it), so a full cache at the failing load, where the
+    met load below it used a small share, is the backlog's, not the bound: the bound is then read at
+    the met load, and the evidence says so (12-07, an H100: bf16 and int8 named kv_cache at their
+    first failing loads, while every met load kept the cache at most 34% full and the GPU ran at
+    its power limit)."""
+    def at(index: int | None) -> CapacityBound | None:
+        if index is None or not 0 <= index < len(points):
+            return None
+        p = points[index]
+        return classify(p, serve_config, load=_load(p))
+
+    ceiling, met = at(ceiling_index), at(capacity_index)
+    if ceiling is None or met is None or ceiling.kind != "kv_cache":
+        return ceiling or met
+    projected = backlog_projection(points[capacity_index], points[ceiling_index])
+    if projected is None or projected >= KV_BACKLOG:
+        return ceiling
+    why = (f"at {ceiling.load:g} the KV cache filled ({ceiling.figures.get('kv_usage_max', 0):.0%}, "
+           f"{ceiling.figures.get('preemptions', 0):.0f} preemptions) with the overload's backlog: at {met.load:g} it "
+           f"was {met.figures.get('kv_usage_max', 0):.0%} full at most, {projected:.0%} at {ceiling.load:g} by that "
+           f"share per request/s; so read at {met.load:g}: ")
+    return met.model_copy(update={"evidence": why + met.evidence})
+
+
+# the met load's KV-cache use, scaled to the failing load, below which a full cache at the failing
+# load is the backlog's (a server whose cache binds holds it near full at the loads it still meets)
+KV_BACKLOG = 0.5
+
+
+def backlog_projection(met: dict[str, Any], failed: dict[str, Any]) -> float | None:
+    """The met point's peak KV-cache use scaled by the failing point's load over its own (the cache a
+    request/s needs, at the failing rate), or None without the readings; a preempting met point is
+    the cache's bound already (None)."""
+    sm = met.get("server_metrics") if isinstance(met.get("server_metrics"), dict) else {}
+    kv = _get(sm.get("kv_usage"), "max")
+    met_load, failed_load = _load(met), _load(failed)
+    if kv is None or not met_load or not failed_load or ((sm.get("deltas") or {}).get("preemptions") or 0) > 0:
+        return None
+    return kv * failed_load / met_load
+
+
+def _load(point: dict[str, Any]) -> float | None:
+    return load_kinds.kind(point.get("profile")).load_of(point)
