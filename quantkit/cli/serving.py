@@ -127,28 +127,33 @@ def bench(
 def _capacity(model_dir, slo, *, profile, tolerance, start, maximum, waves, span, window, input_len, output_len,
               max_requests, seed, warmup, progress, extra, **server):
     from ..errors import UsageError, validation_as_usage_error
-    from ..measure.capacity import profiles
     from ..measure.capacity.live import CapacitySettings, capacity
-    from ..measure.observe.gpu import open_gpus
 
     if any(extra):
         raise UsageError("--capacity chooses its own loads: leave out --concurrency, --rate, --sweep and --dataset")
-    given = {k: v for k, v in window.items() if v is not None}
-    on_gpu = False
-    if given:  # the window options given go over this machine's defaults
-        gpus = None if server.get("url") else open_gpus()
-        if gpus is not None:
-            gpus.close()
-        on_gpu = gpus is not None
     with validation_as_usage_error("capacity option", OPTION_OF_FIELD):
-        chosen = None
-        if given:
-            chosen = profiles.default_window(gpu=on_gpu).model_copy(update=given)
-            chosen = type(chosen).model_validate(chosen.model_dump())  # model_copy does not validate
+        chosen = chosen_window(window, local=not server.get("url"))
         settings = CapacitySettings(profile=profile, tolerance=tolerance, start=start, max=maximum, waves=waves,
                                     input_len=input_len, output_len=output_len, max_requests=max_requests, seed=seed,
                                     warmup=warmup, window=chosen, span=span)
     return capacity(model_dir, slo, settings, on_point=_progress if progress else None, **server)
+
+
+def chosen_window(window: dict, *, local: bool):
+    """The window options given (min_s, max_s, warmup_s, confidence; None = not given) over the
+    machine's defaults, or None when none was given (the search then picks by the machine). `local`:
+    the server runs here, so this machine's GPUs pick the defaults (a --url server: the CPU's)."""
+    from ..measure.capacity import profiles
+    from ..measure.observe.gpu import open_gpus
+
+    given = {k: v for k, v in window.items() if v is not None}
+    if not given:
+        return None
+    gpus = open_gpus() if local else None
+    if gpus is not None:
+        gpus.close()
+    chosen = profiles.default_window(gpu=gpus is not None).model_copy(update=given)
+    return type(chosen).model_validate(chosen.model_dump())  # model_copy does not validate
 
 
 def _print_any(result) -> None:
@@ -278,6 +283,10 @@ def tune(
     sampler: str = typer.Option("tpe", "--sampler", help="Optuna sampler: tpe, random or grid."),
     prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop trials whose cheap probe is below the median (Optuna's MedianPruner)."),
     capacity_profile: CapacityProfile = CAPACITY_DEFAULTS.profile,
+    window_min: WindowMin = None,
+    window_max: WindowMax = None,
+    window_warmup: WindowWarmup = None,
+    confidence: Confidence = None,
     tolerance: Tolerance = CAPACITY_DEFAULTS.tolerance,
     capacity_start: CapacityStart = CAPACITY_DEFAULTS.start,
     capacity_max: CapacityMax = CAPACITY_DEFAULTS.max,
@@ -305,9 +314,11 @@ def tune(
         with validation_as_usage_error("tune option", OPTION_OF_FIELD):
             settings = TuneSettings(budget=budget, space=parse_space(space or []), sampler=sampler, prune=prune,
                                     seed=seed, knobs=[k for k in knobs.split(",") if k.strip()] if knobs else None)
+            window = chosen_window(dict(min_s=window_min, max_s=window_max, warmup_s=window_warmup,
+                                        confidence=confidence), local=True)
             capacity = CapacitySettings(profile=capacity_profile, tolerance=tolerance, start=capacity_start,
                                         max=capacity_max, waves=waves, input_len=input_len, output_len=output_len,
-                                        max_requests=num_prompts, seed=seed)
+                                        max_requests=num_prompts, seed=seed, window=window)
         return do_tune(model_dir, slo=parse_slo(slo), base=serve.config(), settings=settings, capacity=capacity,
                        startup_timeout=startup_timeout, on_trial=None if json or quiet else _trial_progress)
 

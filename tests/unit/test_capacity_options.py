@@ -114,6 +114,7 @@ def test_bench_and_tune_accept_the_same_tolerances(value):
     (["--tolerance", "0"], ["--tolerance", "greater than 0 and less than 4", "not 0"]),
     (["--capacity-start", "0"], ["--capacity-start", "greater than or equal to 0.1"]),
     (["--waves", "-1"], ["--waves", "greater than 0"]),
+    (["--window-min", "0"], ["--window-min", "greater than 0"]),
     (["-n", "0"], ["--num-prompts", "greater than or equal to 1"]),
     (["--capacity-profile", "steady"], ["--capacity-profile", "'poisson', 'concurrency' or 'burst'", "not 'steady'"]),
 ])
@@ -138,14 +139,13 @@ def test_the_tolerance_refusal_names_the_option_and_the_range():
 
 def test_both_helps_list_the_shared_options():
     shared = ["--capacity-profile", "--tolerance", "--capacity-start", "--capacity-max", "--waves", "--input-len",
-              "--output-len", "--num-prompts", "[0<x<4]"]
+              "--output-len", "--num-prompts", "[0<x<4]", "--window-min", "--window-max", "--window-warmup",
+              "--confidence"]
     for name in COMMANDS:
         proc = quantkit(name, "--help")
         assert proc.returncode == 0, proc.stderr
         missing = [flag for flag in shared if flag not in proc.stdout]
         assert not missing, (name, missing)
-    bench = quantkit("bench", "--help").stdout
-    assert all(flag in bench for flag in ("--window-min", "--window-max", "--window-warmup", "--confidence"))
 
 
 def test_a_validation_error_is_one_line_that_names_the_option():
@@ -166,3 +166,13 @@ def test_gate_errors_name_their_option():
         parse_gates(0, None, [])
     with pytest.raises(UsageError, match=r"^bad --min-task-recovery: "):
         parse_gates(None, -1, [])
+
+
+def test_the_window_options_given_go_over_the_machines_defaults():
+    from quantkit.cli.serving import chosen_window
+    from quantkit.measure.capacity.profiles import CPU_WINDOW
+
+    assert chosen_window(dict(min_s=None, max_s=None, warmup_s=None, confidence=None), local=False) is None
+    window = chosen_window(dict(min_s=20.0, max_s=None, warmup_s=8.0, confidence=None), local=False)
+    assert (window.min_s, window.warmup_s) == (20.0, 8.0)
+    assert (window.max_s, window.min_requests) == (CPU_WINDOW.max_s, CPU_WINDOW.min_requests)
