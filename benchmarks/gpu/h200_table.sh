@@ -99,6 +99,10 @@ LONG=${LONG-4096/512}   # ... of L4096
 HI_FACTOR=${HI_FACTOR-1.3}  # a ladder's top load: its start times this
 CHECK_S=${CHECK_S-70}      # seconds of arrivals of a vLLM-client check point, its first 10 dropped
 EXTRA=${EXTRA-}  # more serve flags for every server (e.g. --enforce-eager on the CPU)
+# T512@S (a spec's only task): `quantkit tune` over these knobs' grid (NAME=V1,V2 each, "default" = vLLM's)
+TUNE_KNOBS=${TUNE_KNOBS-kv-cache-dtype,max-cudagraph-capture-size}
+TUNE_SPACE=${TUNE_SPACE-"kv-cache-dtype=default,fp8 max-cudagraph-capture-size=default,1024"}
+TUNE_BUDGET=${TUNE_BUDGET-4}
 
 
 healthy() { curl -sf -m 2 "$1/health" > /dev/null 2>&1; }
@@ -140,6 +144,24 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
     --window-min "$wmin" --window-max "$wmax" --window-warmup "$wwarm" \
     --results-dir $Q/res/$name --json > $Q/res/$name.json 2> $Q/logs/$name.log
   log "$name: rc=$? $(grep -E '^(capacity|no capacity|bound)' $Q/logs/$name.log | tr '\n' ' ' | cut -c1-300)"
+}
+
+tune_task() {  # tune_task LABEL DIR IN OUT START FLAGS...: `quantkit tune` from START req/s, one server per trial
+  # (it starts its own: no driver server runs), TUNE_BUDGET servers over TUNE_SPACE's grid, no pruning (each
+  # trial's full search), the ladder's window, SLO and top; trials are stored as they end, so a deadline keeps them
+  local label=$1 dir=$2 in=$3 out=$4 start=$5; shift 5
+  local space=() s
+  for s in $TUNE_SPACE; do space+=(--space "$s"); done
+  IFS=, read -r wmin wmax wwarm <<< "$WINDOW"
+  start=$(python3 -c "print(round($start * $SCALE, 1))")
+  [ "$(left)" -gt 300 ] || { log "tune-$label: skipped, $(left) s left"; return; }
+  log "tune-$label: $TUNE_BUDGET servers over $TUNE_SPACE, from $start req/s"
+  timeout -s INT -k 60 $(( $(left) - 10 )) "${QK[@]}" tune "$dir" --max-model-len $MAXLEN "$@" --slo "$SLO" \
+    --knobs "$TUNE_KNOBS" "${space[@]}" --budget $TUNE_BUDGET --sampler grid --no-prune \
+    --capacity-profile poisson --capacity-start "$start" --capacity-max "$(python3 -c "print(round($start * $HI_FACTOR, 2))")" \
+    --tolerance 0.1 --input-len $in --output-len $out --window-min "$wmin" --window-max "$wmax" --window-warmup "$wwarm" \
+    --json > $Q/res/tune-$label.json 2> $Q/logs/tune-$label.log
+  log "tune-$label: rc=$? $(grep -E 'trial [0-9]' $Q/logs/tune-$label.log | tr '\n' ' ' | cut -c1-400)"
 }
 
 topped() {  # topped FILE: the ladder's top load if its top held (search reason max_reached: no ceiling found)
@@ -222,7 +244,7 @@ start)
   echo $(( $(date +%s) + $1 )) > $Q/deadline
   echo "=== $(date +%T) start $1: PLAN=\"$PLAN\" CONVERT=\"$CONVERT\"" >> $Q/logs/orchestrate.log
   setsid nohup env PLAN="$PLAN" CONVERT="$CONVERT" CALIB="$CALIB" WINDOW="$WINDOW" SLO="$SLO" SPANS512="$SPANS512" \
-    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" LOAD_SCALE="${LOAD_SCALE-}" WARMUP="${WARMUP-1}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" bash $Q/h200_table.sh orchestrate \
+    SPANS4096="$SPANS4096" HI_FACTOR="$HI_FACTOR" LOAD_SCALE="${LOAD_SCALE-}" WARMUP="${WARMUP-1}" MAXLEN="$MAXLEN" SHORT="$SHORT" LONG="$LONG" CHECK_S="$CHECK_S" EXTRA="$EXTRA" W8="$W8" TUNE_KNOBS="$TUNE_KNOBS" TUNE_SPACE="$TUNE_SPACE" TUNE_BUDGET="$TUNE_BUDGET" bash $Q/h200_table.sh orchestrate \
     >> $Q/logs/orchestrate.log 2>&1 < /dev/null &  # appended: a second plan on the same machine keeps the first's
   echo "started; $(left) s to the deadline"
   ;;
@@ -255,6 +277,10 @@ orchestrate)
     [ "$dir" = bf16 ] && dir=$W8 || dir=/tmp/qkmodels/llama8b-random-$dir
     [ -f $dir/config.json ] || { log "$label: no checkpoint at $dir"; continue; }
     serve=(); for f in ${flags//,/ }; do serve+=("$f"); done
+    if [[ $tasks == T512@* ]]; then  # the tuner starts a server per trial itself
+      tune_task $label $dir ${SHORT%/*} ${SHORT#*/} ${tasks#*@} "${serve[@]}" $EXTRA
+      continue
+    fi
     PORT=$(( PORT + 1 )); URL=http://127.0.0.1:$PORT
     serve_up $label $dir "${serve[@]}" || continue
     for t in ${tasks//+/ }; do
