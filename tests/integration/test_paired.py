@@ -1,6 +1,7 @@
 """Paired recovery and growing on real lm-eval samples: SmolLM2-135M (bf16, on the session's shared
 server) and its quantized conversion (the session's `quantized_checkpoint`: W4A16 round-to-nearest,
-or W8A8-INT8 on an AVX2 CPU; on a server of its own), scored on the same arc_easy items, then grown
+or W8A8-INT8 on an AVX2 CPU; on the session's `quantized_server`, which test_fidelity_command
+serves its variant from too), scored on the same arc_easy items, then grown
 by one seeded block on both.
 """
 
@@ -30,15 +31,12 @@ def _evaluate(server, folder: Path, out: Path):
 
 
 @pytest.fixture(scope="module")
-def runs(smollm2_dir, bf16_server, quantized_checkpoint, data_dir, tmp_path_factory):
-    from quantkit.serve.config import ServeConfig
-    from quantkit.serve.server import VLLMServer
-
+def runs(smollm2_dir, bf16_server, quantized_checkpoint, quantized_server, data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("paired")
-    wait_idle(bf16_server)  # the session's bf16 server; the conversion gets one of its own
+    wait_idle(bf16_server)  # the session's bf16 server, and its quantized one
     base_first, base_grown = _evaluate(bf16_server, smollm2_dir, out / "bf16")
-    with VLLMServer(quantized_checkpoint, ServeConfig(enforce_eager=True)) as server:
-        quant_first, quant_grown = _evaluate(server, quantized_checkpoint, out / "quantized")
+    wait_idle(quantized_server)
+    quant_first, quant_grown = _evaluate(quantized_server, quantized_checkpoint, out / "quantized")
     return {"base": base_first, "base_grown": base_grown, "quant": quant_first, "quant_grown": quant_grown}
 
 
