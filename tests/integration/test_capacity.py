@@ -177,10 +177,11 @@ def test_poisson_capacity_on_vllm_is_a_steady_state_window_with_every_request_st
          # p90: a window decides from 30 requests where p95 needs 59, so a point at the ~2 req/s an
          # AVX2 CPU sustains lasts ~15 s, not ~30-60 (12-06: 5 points, 150 s of the test's 200)
          "--slo", "ttft_p90=2,tpot_p90=150ms", "--capacity-max", "40", "--input-len", "32", "--output-len", "12",
-         # a bracket within 1.75x, not 1.25x: the bisection's last points (12-07: 5.55 pass, 15.4 and
-         # 9.26 saturated, then 7.17 fail and 6.31 pass, 126 s) decide nothing this test asserts; the
-         # narrowing is unit-tested (test_capacity_search)
-         "--window-warmup", "2", "--window-min", "6", "--window-max", "15", "--tolerance", "0.75",
+         # a bracket within 3x, not 1.25x: two points, a decided pass and a decided failure 3x above
+         # it (saturated at once: arrivals beyond the 4 slots queue). The bisection between them
+         # (12-07: 5.55 pass, 15.4 and 9.26 saturated, 7.17 fail, 6.31 pass, 126 s) decides nothing
+         # this test asserts; the narrowing is unit-tested (test_capacity_search)
+         "--window-warmup", "2", "--window-min", "6", "--window-max", "15", "--tolerance", "2",
          "--results-dir", str(tmp_path), "--json"],
         capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
