@@ -13,6 +13,8 @@
   kernel for 4-bit weights.
 - `quantized_server`: that conversion served (eager), started once per session for test_paired's
   evaluations and test_fidelity_command's variant (by `--url`); each started its own until 12-07.
+  It is stopped after the last test that uses it, so the files between and after them run beside
+  one idle server, as before.
 """
 
 from __future__ import annotations
@@ -33,6 +35,24 @@ def pytest_collection_modifyitems(config, items):
     last = [item for item in items if item.get_closest_marker("kills_shared_server")]
     if last:
         items[:] = [item for item in items if item not in last] + last
+
+
+_LAST_QUANTIZED_USER = pytest.StashKey[str]()
+_QUANTIZED_SERVERS: list[VLLMServer] = []
+
+
+def pytest_collection_finish(session):
+    users = [item.nodeid for item in session.items if "quantized_server" in getattr(item, "fixturenames", ())]
+    session.config.stash[_LAST_QUANTIZED_USER] = users[-1] if users else ""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    if item.nodeid == item.config.stash.get(_LAST_QUANTIZED_USER, ""):
+        for server in _QUANTIZED_SERVERS:  # no later test needs it: not one more idle server beside them
+            server.stop()
+    return result
 
 
 @pytest.fixture(scope="session")
@@ -67,5 +87,6 @@ def quantized_checkpoint(smollm2_dir, tmp_path_factory) -> Path:
 def quantized_server(quantized_checkpoint, tmp_path_factory):
     log = tmp_path_factory.mktemp("vllm-logs") / "quantized-shared.log"
     with VLLMServer(quantized_checkpoint, ServeConfig(enforce_eager=True), log_path=log) as server:
+        _QUANTIZED_SERVERS.append(server)
         yield server
     assert group_gone(server.pgid), "the shared quantized server's process group outlived the context manager"
