@@ -71,8 +71,12 @@
 # fp8 41.05, fp8 with the host levers 41.05 again: the host does not bind, the GPU at its power limit
 # does. Next, the levers that shorten the step, on one machine (fp8 first, bf16 for the ratio):
 #   PLAN="fp8:fp8::L512@38 fp8-kv:fp8:--kv-cache-dtype=fp8:L512@38 fp8-mnbt:fp8:--max-num-batched-tokens=4096:L512@38 bf16:bf16::L512@32" CONVERT=fp8 HI_FACTOR=1.2
-# The tuner (quantkit tune, one server per trial, ~6-7 min a trial on the GPU) needs more than one
-# session's 30 minutes.
+# The tuner: a T512@S task (tune_task). 12-07 on an H100 (docs/reports/h200/tune-h100-2026-12-07), with
+#   PLAN="bf16:bf16::L512@32 fp8-tune:fp8::T512@38" CONVERT=fp8 HI_FACTOR=1.25 TUNE_BUDGET=3
+# after five refused starts (376 s): bf16 33.84 / 35.78 (its ladder with two tiers spanned: 474 s, 10
+# points), then the tuner's first trial only probed (fp8 server 123 s cold, probe 38 met / 47.5 saturated)
+# before the deadline. A trial at 8B costs ~7 min (start, a 2-point probe, a 3-4 point search). Next:
+#   PLAN="fp8-tune:fp8::T512@38" CONVERT=fp8 TUNE_BUDGET=3 SPANS512= HI_FACTOR=1.25   (WARMUP=0 after a refused start)
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
