@@ -29,7 +29,7 @@ from ..console import info, step
 from ..errors import UsageError
 from .gates import GrowSettings, RecoveryReport
 from .results import EvalRun, Growth, ItemScores, Metric, TaskResult, item_scores
-from .run import BOOTSTRAP_ITERS, EvalPlan, leaf_tasks, model_args_for, run_task, write_samples
+from .run import BOOTSTRAP_ITERS, EVAL_SERVE_DEFAULTS, EvalPlan, leaf_tasks, model_args_for, run_task, write_samples
 
 
 def item_order(size: int, limit: int, seed: int, leaf: str) -> list[int]:
@@ -252,7 +252,7 @@ def _grow_recorded(folder: Path, previous: EvalRun, tasks: str, goal: dict[str, 
         return previous
     plan = prepare_eval(folder, tasks, **options)
     with plan.cleaned_on_failure(), Store() as store, contextlib.ExitStack() as stack:
-        opening = open_server(folder, url, serve)
+        opening = open_server(folder, url, serve, defaults=EVAL_SERVE_DEFAULTS)
         if url:
             server = stack.enter_context(opening)
         else:

@@ -462,7 +462,7 @@ def evaluate(model_dir: str | Path, tasks: str | list[str], *, url: str | None =
     resolve(tasks, options.get("limit"), options.get("num_fewshot"))  # a task typo first: the cheapest check
     model_dir = local_folder(model_dir)  # the demo model's alias: converted on first use, after that check
     folder = model_dir.expanduser().resolve()
-    opening = open_server(folder, url, config)  # --url answers, before the tasks load
+    opening = open_server(folder, url, config, defaults=EVAL_SERVE_DEFAULTS)  # --url answers, before the tasks load
     if url is None and folder.is_dir():
         from ..serve.env import supported_architectures
         from ..serve.hardware_fit import check_servable, gpu_capability

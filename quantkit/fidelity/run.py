@@ -111,7 +111,7 @@ def summary(plan: Sequence[Window], sums: dict[str, DocumentSums], gates: Fideli
 def _served(folder: Path, url: str | None, config: ServeConfig, role: str) -> Iterator[object]:
     with contextlib.ExitStack() as stack:
         if url:
-            server = stack.enter_context(open_server(folder, url, config))
+            server = stack.enter_context(open_server(folder, url, config, defaults=FIDELITY_SERVE_DEFAULTS))
         else:
             with step(f"starting vLLM on the {role} {folder.name}"):
                 server = stack.enter_context(open_server(folder, url, config))

@@ -503,13 +503,15 @@ def served_as(ids: list[str], checkpoint: Path, url: str) -> str:
 
 def open_server(model_dir: Path, url: str | None = None, config: ServeConfig | None = None, *,
                 port: int | None = None, startup_timeout: float | None = None,
-                served_model_name: str | None = None) -> Server:
+                served_model_name: str | None = None, defaults: dict[str, Any] | None = None) -> Server:
     """The one way a command gets its server: the running one at `url` (which must serve
     `model_dir`, or `served_model_name`), or vLLM started on `model_dir` with `config` (enter it
     with `with`; `startup_timeout` None: QUANTKIT_STARTUP_TIMEOUT, else 600 s). Serving options do
-    not apply to `url`."""
+    not apply to `url`: a `config` other than vLLM's defaults or the command's own (`defaults`:
+    eval and fidelity start vLLM eager) was asked for, so it is said to be ignored."""
     if url:
-        if (config is not None and config != ServeConfig()) or port is not None:
+        unasked = (ServeConfig(), ServeConfig(**(defaults or {})))
+        if (config is not None and config not in unasked) or port is not None:
             warn("serving options (--port, knobs, --serve-arg) do not apply to a server given by --url; ignored")
         return RemoteServer(url, served_model_name, checkpoint=model_dir)
     return VLLMServer(model_dir, config or ServeConfig(), port=port, startup_timeout=startup_timeout)

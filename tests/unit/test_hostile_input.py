@@ -682,3 +682,21 @@ def test_a_killed_temporary_folder_is_listed_wherever_it_was_made(tmp_path, monk
 
     shutil.rmtree(tmp)  # the user removes it, as the line says
     assert housekeeping.leftovers() == [] and ledger_entries() == []  # and the ledger forgets it
+
+
+@pytest.mark.parametrize("config, port, warned", [
+    (None, None, False),
+    (ServeConfig(), None, False),
+    (ServeConfig(enforce_eager=True), None, False),  # eval's and fidelity's own default, not the user's
+    (ServeConfig(enforce_eager=True, max_num_seqs=4), None, True),
+    (ServeConfig(), 8123, True),
+])
+def test_url_warns_only_of_serving_options_the_user_set(monkeypatch, tmp_path, no_keys, config, port, warned):
+    from quantkit.serve import server as server_module
+
+    said = []
+    monkeypatch.setattr(server_module, "warn", said.append)
+    checkpoint = _config_only_model(tmp_path / "smollm2-135m")
+    with HostileServer(model="smollm2-135m") as other:
+        server_module.open_server(checkpoint, other.url, config, port=port, defaults={"enforce_eager": True})
+    assert bool(said) == warned, said
