@@ -281,7 +281,7 @@ def tune(
     space: Optional[list[str]] = typer.Option(None, "--space", help="Choices of one knob, NAME=V1,V2 (default = vLLM's default), e.g. max-num-seqs=16,64,default; NAME= drops it; repeatable."),
     knobs: Optional[str] = typer.Option(None, "--knobs", help="Only these knobs, comma-separated (e.g. max-num-seqs,max-num-batched-tokens)."),
     sampler: str = typer.Option("tpe", "--sampler", help="Optuna sampler: tpe, random or grid."),
-    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop trials whose cheap probe is below the median (Optuna's MedianPruner)."),
+    prune: bool = typer.Option(True, "--prune/--no-prune", help="Stop trials whose cheap probe is below the median (Optuna's MedianPruner); --no-prune: no probe, each trial's full search from --capacity-start."),
     capacity_profile: CapacityProfile = CAPACITY_DEFAULTS.profile,
     window_min: WindowMin = None,
     window_max: WindowMax = None,

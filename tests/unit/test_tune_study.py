@@ -140,3 +140,45 @@ def test_a_search_stopped_by_the_client_says_so_whether_probe_or_full_search():
 
     assert tune._untrusted_error(result("untrusted")).startswith("no trusted capacity: the point at c=2 (burst)")
     assert tune._untrusted_error(result("below_min")) is None
+
+
+@pytest.mark.parametrize("prune", [True, False])
+def test_a_trial_probes_only_where_pruning_may_stop_it(monkeypatch, tmp_path, prune):
+    """run_trial's searches, a fake server and fake searches: with pruning, a probe at the coarse
+    tolerance, then the full search from the probe's capacity without warm-up; without it, the full
+    search alone, from where the settings start, with their warm-up."""
+    from types import SimpleNamespace
+
+    from quantkit.measure.capacity.search import CapacitySearch
+    from quantkit.serve import server as server_module
+
+    class FakeServer:
+        info = SimpleNamespace(startup_s=1.0)
+
+        def __init__(self, *a, **k):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    searches = []
+
+    def run_capacity(server, model_dir, slo, settings, *, prompts, start=None, label="", on_point=None):
+        searches.append((settings.tolerance, settings.warmup, start, label))
+        capacity = SimpleNamespace(load=12.0, goodput_req_s=11.5, req_s=11.8)
+        search = CapacitySearch(capacity=12.0, ceiling=13.0, reason="bracketed", tolerance=settings.tolerance, lo=1, hi=64,
+                                steps=[])
+        return SimpleNamespace(points_spent=3, capacity=capacity, bound=None, search=search)
+
+    monkeypatch.setattr(server_module, "VLLMServer", FakeServer)
+    monkeypatch.setattr(tune, "run_capacity", run_capacity)
+    settings = tune.TuneSettings(prune=prune)
+    out = tune.run_trial(tmp_path, ServeConfig(), SLO, settings, CapacitySettings(start=8, warmup=2), None,
+                         should_prune=lambda value: False, label_="fp8 defaults")
+    full = (0.1, 0 if prune else 2, 12.0 if prune else None, "fp8 defaults")
+    assert searches == ([(0.5, 2, None, "fp8 defaults probe"), full] if prune else [full])
+    assert out["value"] == 11.5 and out["points"] == (6 if prune else 3) and out["verdict"] == "capacity"
+    assert (out.get("probe") is None) != prune

@@ -136,7 +136,9 @@ def _study(settings: TuneSettings, space: dict[str, list[Any]], trials: list[Tri
 def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSettings, capacity: CapacitySettings,
               prompts: PromptSource, should_prune: Callable[[float], bool], *, startup_timeout: float = 600.0,
               label_: str = "", on_point: Callable | None = None) -> dict[str, Any]:
-    """One configuration on its own server: probe, then (unless pruned) the full search; `on_point`: its ladder."""
+    """One configuration on its own server: probe, then (unless pruned) the full search; `on_point`: its ladder.
+    Without pruning the probe decides nothing: the full search starts where `capacity` says (on an
+    8B model's GPU trial, 12-07, the probe's two points cost ~130 s of ~7 minutes)."""
     from ...serve.server import VLLMServer
 
     probe_settings = capacity.model_copy(update={
@@ -147,23 +149,30 @@ def run_trial(model_dir: Path, config: ServeConfig, slo: Slo, settings: TuneSett
     try:
         with VLLMServer(model_dir, config, startup_timeout=startup_timeout) as server:
             out["startup_s"] = server.info.startup_s
-            probe = run_capacity(server, model_dir, slo, probe_settings, prompts=prompts, on_point=on_point,
-                                 label=f"{label_} probe")
-            out["points"] += probe.points_spent
-            out["probe"] = _goodput(probe)
-            if probe.capacity is None:  # the SLO fails at the lowest load (a full search starts there
-                # too), or quantkit's client was limited there: no trusted figure, bound "client"
-                out.update(value=0.0, bound=probe.bound, capacity=None, error=_untrusted_error(probe),
-                           verdict=outcome(probe.search))
-            elif should_prune(out["probe"]):
-                out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
-            else:
-                full = run_capacity(server, model_dir, slo, capacity.model_copy(update={"warmup": 0, "span": []}), prompts=prompts,
-                                    start=probe.capacity.load if probe.capacity else None, label=label_, on_point=on_point)
+
+            def full_search(start: float | None, update: dict[str, Any]) -> None:
+                full = run_capacity(server, model_dir, slo, capacity.model_copy(update=update), prompts=prompts,
+                                    start=start, label=label_, on_point=on_point)
                 out["points"] += full.points_spent
-                # the full search starts at the probe's capacity: its first point can still be client-limited
+                # a search that starts at the probe's capacity: its first point can still be client-limited
                 out.update(value=_goodput(full), bound=full.bound, capacity=full.capacity, error=_untrusted_error(full),
                            verdict=outcome(full.search))
+
+            if not settings.prune:
+                full_search(None, {"span": []})
+            else:
+                probe = run_capacity(server, model_dir, slo, probe_settings, prompts=prompts, on_point=on_point,
+                                     label=f"{label_} probe")
+                out["points"] += probe.points_spent
+                out["probe"] = _goodput(probe)
+                if probe.capacity is None:  # the SLO fails at the lowest load (a full search starts there
+                    # too), or quantkit's client was limited there: no trusted figure, bound "client"
+                    out.update(value=0.0, bound=probe.bound, capacity=None, error=_untrusted_error(probe),
+                               verdict=outcome(probe.search))
+                elif should_prune(out["probe"]):
+                    out.update(state="pruned", bound=probe.bound, capacity=probe.capacity, value=None)
+                else:
+                    full_search(probe.capacity.load, {"warmup": 0, "span": []})
     except QuantkitError as exc:
         if isinstance(exc, UsageError) and "port" in exc.message:
             raise
