@@ -75,8 +75,9 @@
 #   PLAN="bf16:bf16::L512@32 fp8-tune:fp8::T512@38" CONVERT=fp8 HI_FACTOR=1.25 TUNE_BUDGET=3
 # after five refused starts (376 s): bf16 33.84 / 35.78 (its ladder with two tiers spanned: 474 s, 10
 # points), then the tuner's first trial only probed (fp8 server 123 s cold, probe 38 met / 47.5 saturated)
-# before the deadline. A trial at 8B costs ~7 min (start, a 2-point probe, a 3-4 point search). Next:
-#   PLAN="fp8-tune:fp8::T512@38" CONVERT=fp8 TUNE_BUDGET=3 SPANS512= HI_FACTOR=1.25   (WARMUP=0 after a refused start)
+# before the deadline. A trial at 8B cost ~7 min (start, a 2-point probe, a 3-4 point search); --no-prune
+# runs no probe since (~5 min). Next, the tuner alone (bf16 at 512/256 is measured on five H100s):
+#   PLAN="fp8-tune:fp8::T512@38" CONVERT=fp8 TUNE_BUDGET=4 SPANS512= HI_FACTOR=1.25   (WARMUP=0 after a refused start)
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
@@ -151,8 +152,8 @@ ladder() {  # ladder LABEL DIR IN OUT START FLAGS...: one capacity ladder on the
 }
 
 tune_task() {  # tune_task LABEL DIR IN OUT START FLAGS...: `quantkit tune` from START req/s, one server per trial
-  # (it starts its own: no driver server runs), TUNE_BUDGET servers over TUNE_SPACE's grid, no pruning (each
-  # trial's full search), the ladder's window, SLO and top; trials are stored as they end, so a deadline keeps them
+  # (it starts its own: no driver server runs), TUNE_BUDGET servers over TUNE_SPACE's grid, no pruning (so no
+  # probe: each trial's full search from START), the ladder's window, SLO and top; trials are stored as they end
   local label=$1 dir=$2 in=$3 out=$4 start=$5; shift 5
   local space=() s
   for s in $TUNE_SPACE; do space+=(--space "$s"); done
