@@ -124,14 +124,17 @@ def test_run_killed_resumed_and_joined_keeps_one_record_per_key_and_recommends(t
     assert proc.returncode == 130, err
     assert vllm_descendants_gone(None, children), "vLLM processes outlived the interrupted run"
 
-    # 2. SIGKILL in the middle of the next variant: nothing can clean up but the kernel (PDEATHSIG)
+    # 2. SIGKILL as the next variant's first record, its conversion, runs: the resume below finds that
+    # record `running` with its process gone and redoes it. No vLLM runs yet at that moment: a server's
+    # group after its owner's SIGKILL is test_reaper's (make test) and test_interrupts' (test-slow, real
+    # vLLM); waiting for the lane's engine here cost ~40 s of make test (12-07)
     proc = start(recipe, home, report)
     wait_for(db, f"SELECT COUNT(*) FROM records WHERE variant='{SERVED}' AND status='running'")
     children = server_pids(proc.pid)
     proc.send_signal(signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
     assert "[baseline] eval: done earlier" in err  # the interrupted variant's stored stages are not redone
-    assert vllm_descendants_gone(None, children), "vLLM processes outlived a SIGKILLed run"
+    assert vllm_descendants_gone(None, children), "child processes outlived a SIGKILLed run"
 
     # 3. resume one variant per call; the store joins them. bad-rope's failed stages: exit 1
     proc = start(recipe, home, report, "--only", SERVED)
