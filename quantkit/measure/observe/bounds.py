@@ -258,10 +258,11 @@ def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, 
         p = points[index]
         return classify(p, serve_config, load=_load(p))
 
-    ceiling, met = at(ceiling_index), at(capacity_index)
-    if ceiling is None or met is None or ceiling.kind != "kv_cache":
-        return ceiling or met
-    projected = backlog_projection(points[capacity_index], points[ceiling_index])
+    ceiling = at(ceiling_index)
+    if ceiling is None or ceiling.kind != "kv_cache":
+        return ceiling or at(capacity_index)
+    met = at(capacity_index)
+    projected = backlog_projection(met, ceiling) if met is not None else None
     if projected is None or projected >= KV_BACKLOG:
         return ceiling
     why = (f"at {ceiling.load:g} the KV cache filled ({ceiling.figures.get('kv_usage_max', 0):.0%}, "
@@ -276,16 +277,14 @@ def classify_capacity(points: list[dict[str, Any]], capacity_index: int | None, 
 KV_BACKLOG = 0.5
 
 
-def backlog_projection(met: dict[str, Any], failed: dict[str, Any]) -> float | None:
-    """The met point's peak KV-cache use scaled by the failing point's load over its own (the cache a
-    request/s needs, at the failing rate), or None without the readings; a preempting met point is
-    the cache's bound already (None)."""
-    sm = met.get("server_metrics") if isinstance(met.get("server_metrics"), dict) else {}
-    kv = _get(sm.get("kv_usage"), "max")
-    met_load, failed_load = _load(met), _load(failed)
-    if kv is None or not met_load or not failed_load or ((sm.get("deltas") or {}).get("preemptions") or 0) > 0:
+def backlog_projection(met: CapacityBound, failed: CapacityBound) -> float | None:
+    """The met load's peak KV-cache use scaled by the failing load over its own (the cache a
+    request/s needs, at the failing rate), from the two bounds' readings; None without them, or
+    where the met load preempted (the cache's bound already)."""
+    kv = met.figures.get("kv_usage_max")
+    if kv is None or not met.load or not failed.load or met.figures.get("preemptions", 0) > 0:
         return None
-    return kv * failed_load / met_load
+    return kv * failed.load / met.load
 
 
 def _load(point: dict[str, Any]) -> float | None:
