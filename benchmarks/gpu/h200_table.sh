@@ -78,6 +78,13 @@
 # before the deadline. A trial at 8B cost ~7 min (start, a 2-point probe, a 3-4 point search); --no-prune
 # runs no probe since (~5 min). Next, the tuner alone (bf16 at 512/256 is measured on five H100s):
 #   PLAN="fp8-tune:fp8::T512@38" CONVERT=fp8 TUNE_BUDGET=4 SPANS512= HI_FACTOR=1.25   (WARMUP=0 after a refused start)
+# Ran 12-07 evening on another H100 (docs/reports/h200/tune2-h100-2026-12-07), with bf16 first and no warm-up:
+#   PLAN="bf16:bf16::L512@30 fp8-tune:fp8::T512@40" CONVERT=fp8 WARMUP=0 SPANS512= HI_FACTOR=1.35 TUNE_BUDGET=4
+# bf16 34.86 / 37.57; fp8 defaults 38.14 / 40; fp8 + graphs to 1,024 >= 40 / 54; fp8 + FP8 KV + graphs 36.36 /
+# 38.14 (a trial ~4.5 min: server 115-125 s cold-compiled, search 120-185 s; a cold bf16 start 187 s). Next,
+# tuned bf16 against tuned fp8 on one machine, over the one lever that moved fp8:
+#   PLAN="bf16-tune:bf16::T512@33 fp8-tune:fp8::T512@40" CONVERT=fp8 WARMUP=0 TUNE_KNOBS=max-cudagraph-capture-size \
+#   TUNE_SPACE="max-cudagraph-capture-size=default,1024" TUNE_BUDGET=2 HI_FACTOR=1.35
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
