@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from quantkit.measure.observe.bounds import classify, classify_capacity
+from quantkit.measure.observe.bounds import classify, classify_capacity, figures_text
 from quantkit.measure.observe.metrics import parse, summarize
 
 DATA = Path(__file__).parent / "data" / "vllm_series"
@@ -231,6 +231,25 @@ def test_a_busy_gpu_held_by_its_power_limit_is_compute_and_says_so():
     bound = classify(point, c["serve_config"])
     assert bound.kind == "compute" and bound.figures["gpu_power_capped"] == 0.8
     assert "at 1748 MHz, its clock held by the power limit 80% of the time" in bound.evidence
+
+
+def test_a_power_held_gpu_says_how_many_output_tokens_each_joule_made():
+    # what a GPU held by its power limit can make is that power times this (issue 43: on 12-07's H100
+    # bf16 made 12.6-13.3 output tokens per joule, fp8 15-16.6: the ~1.2x both ceilings show)
+    points, config = h100_case("backlog")
+    met = points[0]
+    power = sum(g["power_mean_w"] for g in met["gpus"])
+    bound = classify(met, config)
+    assert bound.figures["gpu_out_tokens_per_joule"] == pytest.approx(met["output_tok_s"] / power)
+    assert f"({met['output_tok_s'] / power:.1f} output tokens per joule)" in bound.evidence
+    assert f"{met['output_tok_s'] / power:.1f} output tokens per joule" in figures_text(bound.figures)
+    # two GPUs (tensor parallel): the deployment's energy is both boards'
+    two = {**met, "gpus": [met["gpus"][0], {**met["gpus"][0], "index": 1}]}
+    assert classify(two, config).figures["gpu_out_tokens_per_joule"] == pytest.approx(met["output_tok_s"] / (2 * power))
+    # no power reading (a CPU server, an older store): no figure, no words
+    bare = {**met, "gpus": [{k: v for k, v in met["gpus"][0].items() if k != "power_mean_w"}]}
+    assert "gpu_out_tokens_per_joule" not in classify(bare, config).figures
+    assert "per joule" not in classify(bare, config).evidence
 
 
 def h100_case(name: str) -> tuple[list[dict], dict]:

@@ -119,6 +119,8 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
         busy += f" at {figures['gpu_sm_clock_mhz']:.0f} MHz"
     if figures.get("gpu_power_capped"):
         busy += f", its clock held by the power limit {figures['gpu_power_capped']:.0%} of the time"
+        if "gpu_out_tokens_per_joule" in figures:  # what a power-held GPU can make is power x this
+            busy += f" ({figures['gpu_out_tokens_per_joule']:.1f} output tokens per joule)"
     if unmeasured := (point.get("host") or {}).get("unmeasured"):
         busy += f"; host CPU not measured ({unmeasured})"
 
@@ -182,7 +184,8 @@ def classify(point: dict[str, Any], serve_config: dict[str, Any] | None = None,
 def host_figures(point: dict[str, Any]) -> dict[str, float]:
     """The figures the host bound reads, where the point has them (points stored before host.py
     have none): per server role and the client, cores busy (mean, busiest interval) and the
-    busiest process's mean; the GPUs' SM clock; the wall time per engine step."""
+    busiest process's mean; the GPUs' SM clock, power-capped share and output tokens per joule;
+    the wall time per engine step."""
     out: dict[str, float] = {}
     roles = (point.get("host") or {}).get("roles") or {}
     for role in ("api_server", "engine_core", "worker", "client"):
@@ -197,6 +200,11 @@ def host_figures(point: dict[str, Any]) -> dict[str, float]:
                     if isinstance(g.get(key), (int, float))]
         if readings:
             out[name] = max(readings)[1]
+    # output tokens per joule of every GPU's board power: where the power limit holds the clock,
+    # the most a configuration can make is the limit times this (issue 43: fp8 ~1.2x bf16's on H100s)
+    power = sum(g["power_mean_w"] for g in point.get("gpus") or [] if isinstance(g.get("power_mean_w"), (int, float)))
+    if power > 0 and isinstance(tok_s := point.get("output_tok_s"), (int, float)):
+        out["gpu_out_tokens_per_joule"] = tok_s / power
     if (step := _get(point.get("server_metrics"), "step_s")) is not None:
         out["step_s"] = step
     return out
@@ -223,6 +231,7 @@ _SHOWN: tuple[tuple[str, Callable[[float], str]], ...] = (
     ("gpu_util_mean", lambda v: f"GPU {v:.0f}% busy"),
     ("gpu_sm_clock_mhz", lambda v: f"SM clock {v:.0f} MHz"),
     ("gpu_power_capped", lambda v: f"power-capped {v:.0%} of the time"),
+    ("gpu_out_tokens_per_joule", lambda v: f"{v:.1f} output tokens per joule"),
     ("step_s", lambda v: f"step {v * 1000:.3g} ms"),
     ("decode_batch_mean", lambda v: f"decode batch {v:.1f}"),
 )
