@@ -200,8 +200,11 @@ def _demo_time():
     profile = profile_for()
     gflops = probe_gflops(profile.dtype)
     expected = expected_s(profile, gflops)
+    floored = expected is not None and expected <= profile.floor_s
     when = (f"about {expected / 60:.0f} min after set-up (estimated: {gflops:.0f} GFLOP/s in {profile.dtype} here, "
-            f"{profile.reference_gflops:.0f} on the {profile.reference} where it took {profile.reference_s / 60:.0f} min)"
+            f"{profile.reference_gflops:.0f} on the {profile.reference} where it took {profile.reference_s / 60:.0f} min"
+            + ("; a faster core does not shorten its time-boxed capacity windows and server starts, "
+               f"so not less than its fastest run's {profile.floor_s / 60:.0f} min" if floored else "") + ")"
             if expected else f"no reference time to estimate from ({gflops:.0f} GFLOP/s in {profile.dtype} here)")
     if expected and gflops < profile.reference_gflops / 2:
         # decodes are partly memory-bound: slow matmuls overstate the time (quantkit/demo.py)

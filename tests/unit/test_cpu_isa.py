@@ -359,4 +359,9 @@ def test_the_expected_demo_time_scales_with_the_probe():
     assert demo.expected_s(p, 50) == 1200 and demo.expected_s(p, 200) == 300
     assert demo.expected_s(p, 0) is None
     assert demo.expected_s(demo.DemoProfile("demo", "why", "float32", 0, 0, "none"), 100) is None
+    # a faster core stops at the recipe's floor (its windows are seconds of traffic); a slower one scales
+    floored = demo.DemoProfile("demo", "why", "bfloat16", reference_s=1128, reference_gflops=167, reference="ref",
+                               floor_s=1106)
+    assert demo.expected_s(floored, 455) == 1106 and demo.expected_s(floored, 83.5) == pytest.approx(2256)
+    assert demo.expected_s(demo.NATIVE_BF16, 455) == demo.NATIVE_BF16.floor_s  # 12-07's AMX Xeon: 1,106 s
     assert demo.probe_gflops("float32", seconds=0.1) > 0
