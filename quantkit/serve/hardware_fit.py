@@ -163,7 +163,7 @@ def cpu_refusal(model_dir: Path, kv_cache_dtype: str | None, isa: CpuIsa, dtype:
         return (f"{name} holds 4-bit weights (W4A16), and vLLM-CPU's kernel for them (cpu_gemm_wna16) has no "
                 f"float32 path, while --dtype {dtype} was asked: drop --dtype (quantkit serves bfloat16 where the "
                 "CPU computes it), or serve it on a GPU")
-    if dtype in FLOAT32_NAMES and isa.name == "amx" and is_symmetric_w8a8_int8(qc):
+    if dtype in FLOAT32_NAMES and _amx_int8_kernel(isa) and is_symmetric_w8a8_int8(qc):
         return (f"{name} holds W8A8-INT8 layers, which vLLM-CPU runs on an AMX CPU with its AMX kernel "
                 f"(int8_scaled_mm_with_quant), and that kernel takes bf16 or fp16 activations only, while --dtype "
                 f"{dtype} was asked: drop --dtype (quantkit serves bfloat16 here)")
@@ -188,7 +188,7 @@ def scheme_refusal(scheme: str, kv_cache: str | None, isa: CpuIsa, dtype: str | 
     if scheme.startswith("W4A16") and dtype in FLOAT32_NAMES:
         return (f"vLLM-CPU's kernel for 4-bit weights (W4A16) has no float32 path, and dtype {dtype} is asked "
                 "(without it quantkit serves them in bfloat16)")
-    if scheme.startswith("W8A8") and dtype in FLOAT32_NAMES and isa.name == "amx":
+    if scheme.startswith("W8A8") and dtype in FLOAT32_NAMES and _amx_int8_kernel(isa):
         return (f"on an AMX CPU vLLM-CPU's kernel for W8A8-INT8 takes bf16 or fp16 activations only, and dtype "
                 f"{dtype} is asked (without it quantkit serves bfloat16 here)")
     return None
@@ -198,6 +198,12 @@ def four_bit_in_bf16(isa: CpuIsa) -> bool:
     """Whether this CPU serves 4-bit weights in bf16 although it serves the rest in float32: it has
     vLLM-CPU's 4-bit kernel, which has no float32 path, and no bf16 arithmetic (`serving_dtype`)."""
     return not isa.native_bf16 and _wna16_kernel(isa)
+
+
+def _amx_int8_kernel(isa: CpuIsa) -> bool:
+    """Whether vLLM-CPU runs symmetric W8A8-INT8 on its AMX kernel here, which takes bf16 or fp16
+    activations only: a CPU with AMX tiles (an AMX CPU imitating a lesser ISA has its probe held off)."""
+    return isa.name == "amx"
 
 
 def _wna16_kernel(isa: CpuIsa) -> bool:
