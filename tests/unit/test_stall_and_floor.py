@@ -118,3 +118,34 @@ def test_a_stall_at_the_lowest_load_is_said_in_one_word():
                            steps=[CapacityStep(load=x, passed=False, decided=True, state="stall")
                                   for x in (1, 0.5, 0.25, 0.125)])
     assert outcome(found) == "stall"
+
+
+def test_a_server_whose_token_counters_grow_is_busy_not_stalled():
+    """12-07, a 2-core Zen 4, the demo's baseline at 1.95 req/s: its Poisson draw sent 44 requests in
+    13 s, 43 ran at once at 0.22 s a step (a request ~14 s), and the point was called a stall with
+    1,162 tokens made. While /metrics shows the counters growing, the point runs on."""
+    offsets = [i * 13.0 / 44 for i in range(200)]
+    idle = [0.4]
+    stop = WindowStop(SLO, WINDOW, offsets, request_s=3.2, server_idle_s=lambda: idle[0])
+    assert stop([], 13.2) is None and stop([], 20.0) is None  # computing: no stall
+    idle[0] = 6.0  # quiet for 6 s, less than 4 idle requests (12.8 s): a long prefill, say
+    assert stop([], 21.0) is None
+    idle[0] = 13.0
+    assert stop([], 22.0).startswith("stall: no request finished in 22 s")
+    assert stop([], WINDOW.warmup_s + WINDOW.max_s) == f"the window reached its cap of {WINDOW.max_s:g} s"
+    # no /metrics (a server that is not vLLM): the timeout alone decides, as before
+    blind = WindowStop(SLO, WINDOW, offsets, request_s=3.2, server_idle_s=lambda: None)
+    assert blind([], 13.2).startswith("stall: no request finished in 13 s (45 sent)")
+
+
+def test_idle_is_the_time_since_the_token_counters_last_grew():
+    from quantkit.measure.observe.metrics import Scrape, idle_s
+
+    def scrape(t, prompt, generated):
+        return Scrape(t=t, counters={"prompt_tokens": prompt, "generation_tokens": generated})
+
+    assert idle_s([]) is None and idle_s([scrape(0, 0, 0)]) is None
+    assert idle_s([Scrape(t=0), Scrape(t=1)]) is None  # no token counters: not vLLM
+    assert idle_s([scrape(0, 0, 0), scrape(1, 128, 0), scrape(2, 128, 40), scrape(3, 128, 40), scrape(4.5, 128, 40)]) == 2.5
+    assert idle_s([scrape(0, 5, 5), scrape(1, 5, 5), scrape(2, 5, 5)]) == 2.0  # never grew: idle since the first
+    assert idle_s([scrape(0, 0, 0), scrape(1, 0, 9)]) == 0.0

@@ -143,6 +143,19 @@ def slope(ts: list[float], values: list[float]) -> float | None:
     return sum((t - mt) * (v - mv) for t, v in zip(ts, values)) / var
 
 
+def idle_s(scrapes: list[Scrape]) -> float | None:
+    """Seconds since the server's token counters (prompt and generated tokens) last grew, by the
+    scrapes' clock; None where /metrics gives no such counters (not vLLM) or fewer than two readings.
+    A server working through a batch that has finished nothing yet is busy, not stalled."""
+    readings = [(s.t, s.counters["prompt_tokens"] + s.counters["generation_tokens"]) for s in scrapes
+                if "prompt_tokens" in s.counters and "generation_tokens" in s.counters]
+    if len(readings) < 2:
+        return None
+    grew = next((t for (t, n), (_, before) in zip(reversed(readings), reversed(readings[:-1])) if n > before),
+                readings[0][0])
+    return readings[-1][0] - grew
+
+
 class ServerMetrics(BaseModel):
     """vLLM's /metrics over one point: stored with the point as `server_metrics`."""
 
