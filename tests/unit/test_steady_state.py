@@ -260,8 +260,13 @@ def test_a_low_load_window_stretches_until_a_pass_can_be_decided():
     assert low.requests >= 1.8 * (low.window.warmup_s + low.window.max_s)  # prompts for the whole stretch
     high = poisson.plan(10, settings, window, request_s=1.0, needed=59)
     assert high.window == window  # 250 requests fit: nothing changes
+    # past 4 x the cap only as far as the 59 requests themselves (x 1.25: a Poisson count's margin)
+    slow = poisson.plan(0.6, settings, window, request_s=1.0, needed=59)
+    assert slow.window.max_s == pytest.approx(1.25 * 59 / 0.6, abs=0.1) and slow.window.max_s > profiles.STRETCH_MAX * window.max_s
+    barely = poisson.plan(1.0, settings, window, request_s=1.0, needed=59)
+    assert barely.window.max_s == pytest.approx(1.5 * 59)  # 88.5 s wanted: inside 4 x the cap
     tiny = poisson.plan(0.1, settings, window, request_s=1.0, needed=59)
-    assert tiny.window.max_s == profiles.STRETCH_MAX * window.max_s  # never more than 4 x the cap
+    assert tiny.window.max_s == pytest.approx(737.5)
     closed = profiles.get("concurrency").plan(1, settings, window, request_s=0.8, needed=59)
     assert closed.window.max_s == pytest.approx(1.5 * 59 * 0.8, abs=0.1)  # one stream: a request per 0.8 s
     assert profiles.get("burst").plan(4, settings, window, request_s=1.0, needed=59).window is None

@@ -50,6 +50,11 @@ CPU_WINDOW = WindowSettings(warmup_s=4.0, min_s=15.0, max_s=45.0, min_requests=5
 # until it can hold the requests a pass needs, with this margin for requests over the bound
 STRETCH_MAX = 4.0
 STRETCH_MARGIN = 1.5
+# ... and past that cap as far as the requests a pass needs, with this margin for a Poisson count
+# (1.25 x 59: fewer than 59 arrive 4% of the time). Below that a window can never decide a pass, and
+# the search walked down from one undecided pass to the next (12-07, a 2-core Zen 4: the demo's GPTQ
+# at 0.60, 0.52, 0.45, 0.39 req/s, each a 100-s window of 42-49 requests with none over the SLO)
+STRETCH_NEEDED = 1.25
 
 
 @dataclass(frozen=True)
@@ -122,12 +127,14 @@ PROFILES: dict[str, Profile] = {
 
 
 def stretched(window: WindowSettings, needed: int, per_s: float) -> WindowSettings:
-    """`window`, its cap raised so that `needed` requests (with a margin) fit in it at `per_s`
-    (never past numbers.MAX_SECONDS: the stored window stays one WindowSettings accepts)."""
+    """`window`, its cap raised so that `needed` requests (with a margin) fit in it at `per_s`: as far
+    as STRETCH_MAX x the cap for the margin, further for the requests alone (never past
+    numbers.MAX_SECONDS: the stored window stays one WindowSettings accepts)."""
     span = STRETCH_MARGIN * needed / max(per_s, 1e-9)
     if span <= window.max_s:
         return window
-    return window.model_copy(update={"max_s": round(min(span, STRETCH_MAX * window.max_s, MAX_SECONDS), 1)})
+    cap = max(STRETCH_MAX * window.max_s, STRETCH_NEEDED * needed / max(per_s, 1e-9))
+    return window.model_copy(update={"max_s": round(min(span, cap, MAX_SECONDS), 1)})
 
 
 def canonical(name: str) -> str:
