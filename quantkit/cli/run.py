@@ -35,14 +35,14 @@ def _print_summary(summary) -> None:
 
 def _run(recipe: str, force: bool, report_dir: Optional[Path], json: bool, quiet: bool,
          enforce_gates: bool = True, executor: Optional[str] = None, address: Optional[str] = None,
-         only: Optional[List[str]] = None) -> None:
+         only: Optional[List[str]] = None, note: Optional[str] = None) -> None:
     from ..pipeline import run as run_pipeline
 
     def body():
         if report_dir is not None:  # a file there would fail the report after the whole run
             output_folder(report_dir, "--report-dir")
         summary = run_pipeline(recipe, force=force, report_dir=report_dir, executor=executor, address=address,
-                               output=mode(json, quiet), only=only or None)
+                               output=mode(json, quiet), only=only or None, note=note)
         failed = [o for o in summary.outcomes if o.status == "failed"]
         gated = summary.gate_verdict in ("fail", "inconclusive") and enforce_gates
         if (failed or gated) and not json:
@@ -106,9 +106,16 @@ def demo(
     from ..demo import profile_for
     from ..machine import cpu_isa
 
+    from ..labels import BASELINE
+    from ..pipeline.recipe import load_run
+
     profile = profile_for()
     info(f"demo: recipes/runs/{profile.recipe}.yaml ({cpu_isa().describe()}: {profile.why})")
-    _run(profile.recipe, force, report_dir, json, quiet, enforce_gates=False)
+    plan = load_run(profile.recipe)
+    lanes = profile.lanes(([BASELINE] if plan.baseline else []) + [e.label() for e in plan.methods])
+    _run(profile.recipe, force, report_dir, json, quiet, enforce_gates=False, only=lanes,
+         note=f"{', '.join(profile.leave_out)} left out on this CPU ({cpu_isa().describe()}): {profile.why}"
+         if lanes else None)
 
 
 @app.command()

@@ -30,11 +30,12 @@ __all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
 
 def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None = None,
         store: Store | None = None, executor: Executor | str | None = None, address: str | None = None,
-        output: OutputMode | None = None, only: list[str] | None = None) -> RunSummary:
+        output: OutputMode | None = None, only: list[str] | None = None, note: str | None = None) -> RunSummary:
     """`executor`: an Executor, or "local" / "ray" over the recipe's `executor:` (so is `address`,
     a Ray cluster's); `output` is the command's output mode (the Ray executor's progress view);
     `only`: the lanes to run (a matrix split across calls or machines; the store holds what each
-    call measured and the report covers them all)."""
+    call measured and the report covers them all); `note`: said after the recipe in the report's
+    first note (the demo: which lanes this CPU leaves out, and why)."""
     started = time.monotonic()
     plan = load_run(recipe_path)
     check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
@@ -74,7 +75,8 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
             result = compare(store, model=model.name, out_dir=report_dir, gates=plan.gates.model_dump(),
                              bandwidth_gbs=plan.bandwidth_gbs, title=f"{plan.name}: {model.name}",
                              workload=_workload(plan),
-                             about=f"{plan.name}: {plan.description}" if plan.description else plan.name)
+                             about=(f"{plan.name}: {plan.description}" if plan.description else plan.name)
+                             + (f"; {note}" if note else ""))
             summary.report = {k: str(v) for k, v in result["paths"].items()}
             summary.gates_passed = result["gates_passed"]
             summary.gate_verdict, summary.gate_counts = result["gate_verdict"], result["gate_counts"]

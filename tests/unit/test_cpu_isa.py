@@ -390,3 +390,17 @@ def test_the_expected_demo_time_scales_with_the_probe():
     assert demo.expected_s(floored, 455) == 1106 and demo.expected_s(floored, 83.5) == pytest.approx(2256)
     assert demo.expected_s(demo.NATIVE_BF16, 455) == demo.NATIVE_BF16.floor_s  # 12-07's AMX Xeon: 1,106 s
     assert demo.probe_gflops("float32", seconds=0.1) > 0
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_the_demo_leaves_gptq_out_only_on_avx512_bf16_without_amx(fake_cpu, name):
+    """12-07: GPTQ W4A16 served at 0.90 and ~0.85 req/s against bf16's 2.28 and 1.79 on 2-core Zen 4
+    EPYCs, at 4.00 against 3.44 on the AMX Xeon: its lane alone took the Zen 4 demo past 20 min."""
+    fake_cpu(name)
+    profile = demo.profile_for()
+    labels = ["baseline", *(e.label() for e in load_run(profile.recipe).methods)]
+    if name == "avx512_bf16":
+        assert profile.recipe == "demo" and profile.leave_out == ("gptq",) and "GPTQ" in profile.why
+        assert profile.lanes(labels) == ["baseline", "int8"]
+    else:
+        assert profile.leave_out == () and profile.lanes(labels) is None
