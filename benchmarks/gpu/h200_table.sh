@@ -85,6 +85,11 @@
 # tuned bf16 against tuned fp8 on one machine, over the one lever that moved fp8:
 #   PLAN="bf16-tune:bf16::T512@33 fp8-tune:fp8::T512@40" CONVERT=fp8 WARMUP=0 TUNE_KNOBS=max-cudagraph-capture-size \
 #   TUNE_SPACE="max-cudagraph-capture-size=default,1024" TUNE_BUDGET=2 HI_FACTOR=1.35
+# 12-07 night (docs/reports/h200/tuned-h100-2026-12-07), four refused starts left ~15 min for two ladders, both
+# with the graphs, on one H100:
+#   PLAN="bf16g:bf16:--max-cudagraph-capture-size=1024:L512@35 fp8g:fp8:--max-cudagraph-capture-size=1024:L512@40" CONVERT=fp8 WARMUP=0 SPANS512= HI_FACTOR=1.35
+# bf16 35 / 37.73, fp8 35.41 / 37.64 (1.01x): the lever did not hold fp8 at 40 on this machine. Next: int8 against
+# fp8 on one machine (PLAN="int8:int8::L512@38 fp8g:fp8:--max-cudagraph-capture-size=1024:L512@38" CONVERT="int8 fp8").
 set -uo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/common.sh"  # log, left, stash_common, wait_done, store_out, pack_out
 export QUANTKIT_MODELS_DIR=/tmp/qkmodels QUANTKIT_DATA_DIR=$Q/data QUANTKIT_STARTUP_TIMEOUT=900
