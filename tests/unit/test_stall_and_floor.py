@@ -132,7 +132,11 @@ def test_a_server_whose_token_counters_grow_is_busy_not_stalled():
     assert stop([], 21.0) is None
     idle[0] = 13.0
     assert stop([], 22.0).startswith("stall: no request finished in 22 s")
-    assert stop([], WINDOW.warmup_s + WINDOW.max_s) == f"the window reached its cap of {WINDOW.max_s:g} s"
+    # busy, yet nothing done after 3 x the wait (12.8 s): too slow for the load, whatever its window's cap
+    idle[0] = 0.4
+    long = WindowSettings(warmup_s=3, min_s=10, max_s=600, min_requests=40)
+    busy = WindowStop(SLO, long, offsets, request_s=3.2, server_idle_s=lambda: idle[0])
+    assert busy([], 38.0) is None and busy([], 38.5).startswith("stall: no request finished in 38 s")
     # no /metrics (a server that is not vLLM): the timeout alone decides, as before
     blind = WindowStop(SLO, WINDOW, offsets, request_s=3.2, server_idle_s=lambda: None)
     assert blind([], 13.2).startswith("stall: no request finished in 13 s (45 sent)")

@@ -26,8 +26,8 @@ streams) and measures only what a server sustains:
   a batch is not stalled. (On an AVX2 CPU serving emulated bf16, the demo's first point finished
   0 of 137 requests in 36 s; on float32 an idle request takes 4-5 s, and a point called after
   13 s without a completion was a false stall.) Where /metrics shows the server's token counters
-  still growing, it is computing, not stalled: the point runs on (to its cap, if nothing finishes,
-  when the verdict is a stall after all) and a request that finishes makes it an ordinary window.
+  still growing, it is computing, not stalled: the point runs on, and a request that finishes makes
+  it an ordinary window; one that finishes nothing in 3 times the wait is a stall after all.
 """
 
 from __future__ import annotations
@@ -51,6 +51,8 @@ SATURATION_SIGMAS = 3.0  # ... and beyond this many standard deviations of a ste
 SATURATION_CLEAR = 2.0
 STALL_AFTER = 4.0  # no completion for this many idle request durations after the first send: a stall
 MIN_IDLE_S = 5.0  # ... unless the server's token counters grew within that long (or this, if longer)
+BUSY_GRACE = 3.0  # ... and not past this many times that wait: a server busy for so long and done with nothing
+# is too slow for the load (a low load's window may stretch to minutes: profiles.stretched)
 # a window spans at least this many median request durations (up to its cap): one shorter than a few
 # request lifetimes cannot see the queue episodes of a full KV cache. 12-07, one H100, bf16 at 4,096 in /
 # 512 out (requests of 14-20 s): a 21-s window passed 4.66 req/s; an 85-s one at 4.21 saw TTFT p95 2.1 s
@@ -296,7 +298,8 @@ class WindowStop:
             return None
         if not finished:
             # a closed loop has sent its streams' first requests; an open one, two
-            if (sent is None or sent >= 2) and elapsed_s >= self.stall_after_s and not self._server_busy():
+            if (sent is None or sent >= 2) and elapsed_s >= self.stall_after_s and (
+                    elapsed_s >= BUSY_GRACE * self.stall_after_s or not self._server_busy()):
                 return stall_reason(sent, elapsed_s)
             return None
         if self.offsets is not None:
