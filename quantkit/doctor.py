@@ -209,7 +209,7 @@ def _demo_time():
     if expected and gflops < profile.reference_gflops / 2:
         # decodes are partly memory-bound: slow matmuls overstate the time (quantkit/demo.py)
         when += "; likely less: serving slows less than matmuls do"
-    return "ok", f"`quantkit demo` runs recipes/runs/{profile.recipe}.yaml ({profile.why}): {when}"
+    return "ok", f"`quantkit demo` runs recipes/runs/{profile.recipe}.yaml ({profile.says}): {when}"
 
 
 def _limits(concurrency: int):

@@ -110,11 +110,11 @@ def demo(
     from ..pipeline.recipe import load_run
 
     profile = profile_for()
-    info(f"demo: recipes/runs/{profile.recipe}.yaml ({cpu_isa().describe()}: {profile.why})")
+    info(f"demo: recipes/runs/{profile.recipe}.yaml ({cpu_isa().describe()}: {profile.says})")
     plan = load_run(profile.recipe)
     lanes = profile.lanes(([BASELINE] if plan.baseline else []) + [e.label() for e in plan.methods])
     _run(profile.recipe, force, report_dir, json, quiet, enforce_gates=False, only=lanes,
-         note=f"{', '.join(profile.leave_out)} left out on this CPU ({cpu_isa().describe()}): {profile.why}"
+         note=f"{', '.join(profile.leave_out)} left out on this CPU ({cpu_isa().describe()}): {profile.left_out_because}"
          if lanes else None)
 
 

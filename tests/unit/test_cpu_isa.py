@@ -400,7 +400,8 @@ def test_the_demo_leaves_gptq_out_only_on_avx512_bf16_without_amx(fake_cpu, name
     profile = demo.profile_for()
     labels = ["baseline", *(e.label() for e in load_run(profile.recipe).methods)]
     if name == "avx512_bf16":
-        assert profile.recipe == "demo" and profile.leave_out == ("gptq",) and "GPTQ" in profile.why
+        assert profile.recipe == "demo" and profile.leave_out == ("gptq",) and "GPTQ" in profile.left_out_because
+        assert profile.says.startswith("the CPU computes bf16 natively; gptq left out: without AMX")
         assert profile.lanes(labels) == ["baseline", "int8"]
     else:
         assert profile.leave_out == () and profile.lanes(labels) is None
