@@ -153,3 +153,23 @@ def test_idle_is_the_time_since_the_token_counters_last_grew():
     assert idle_s([scrape(0, 0, 0), scrape(1, 128, 0), scrape(2, 128, 40), scrape(3, 128, 40), scrape(4.5, 128, 40)]) == 2.5
     assert idle_s([scrape(0, 5, 5), scrape(1, 5, 5), scrape(2, 5, 5)]) == 2.0  # never grew: idle since the first
     assert idle_s([scrape(0, 0, 0), scrape(1, 0, 9)]) == 0.0
+    # scrapes that stopped coming (a /metrics that failed since) count as no growth until now
+    assert idle_s([scrape(0, 0, 0), scrape(1, 0, 9)], now=7.5) == 6.5
+
+
+def test_the_point_monitor_tells_its_idle_time_until_now():
+    from quantkit.measure.observe.metrics import PointMonitor
+
+    counts = iter([0, 64, 64, 64])  # the prompt's tokens counted at the second reading, nothing since
+
+    def page(url):
+        n = next(counts, 64)
+        return f"vllm:prompt_tokens_total {n}\nvllm:generation_tokens_total 0\n"
+
+    monitor = PointMonitor("http://x", interval_s=60, fetch=page).start()  # a reading at start
+    monitor.tick()
+    try:
+        idle = monitor.server_idle_s()
+        assert idle is not None and 0 <= idle < 1.0
+    finally:
+        monitor.stop()

@@ -39,7 +39,7 @@ from ..loadgen.workload import PromptSource, poisson_schedule
 from ..observe.bounds import CapacityBound, classify_capacity
 from ..observe.gpu import gpus_of
 from ..observe.host import open_host
-from ..observe.metrics import PointMonitor, Scrape, idle_s, slope
+from ..observe.metrics import PointMonitor, Scrape, slope
 from ..stats import load_kinds
 from ..stats import tiers
 from ..stats.confidence import requests_needed, verdict_word
@@ -305,7 +305,7 @@ def run_capacity(server: Server, model_dir: Path, slo: Slo, settings: CapacitySe
         if plan.window is not None:  # an open loop's stop rule counts the sends from the same schedule
             offsets = poisson_schedule(plan.requests, plan.rate, settings.seed + number) if plan.rate else None
             stop = lambda monitor, w=plan.window: WindowStop(  # noqa: E731
-                slo, w, offsets, request_s, (lambda: idle_s(monitor.series())) if monitor is not None else None)
+                slo, w, offsets, request_s, monitor.server_idle_s if monitor is not None else None)
         else:
             stop = (lambda monitor: EarlyStop(slo, plan.requests, settings.output_len, monitor, "concurrency")) \
                 if settings.early_stop else None

@@ -143,9 +143,10 @@ def slope(ts: list[float], values: list[float]) -> float | None:
     return sum((t - mt) * (v - mv) for t, v in zip(ts, values)) / var
 
 
-def idle_s(scrapes: list[Scrape]) -> float | None:
+def idle_s(scrapes: list[Scrape], now: float | None = None) -> float | None:
     """Seconds since the server's token counters (prompt and generated tokens) last grew, by the
-    scrapes' clock; None where /metrics gives no such counters (not vLLM) or fewer than two readings.
+    scrapes' clock, up to `now` (default: the last scrape; a scrape that failed since counts as no
+    growth); None where /metrics gives no such counters (not vLLM) or fewer than two readings.
     A server working through a batch that has finished nothing yet is busy, not stalled."""
     readings = [(s.t, s.counters["prompt_tokens"] + s.counters["generation_tokens"]) for s in scrapes
                 if "prompt_tokens" in s.counters and "generation_tokens" in s.counters]
@@ -153,7 +154,7 @@ def idle_s(scrapes: list[Scrape]) -> float | None:
         return None
     grew = next((t for (t, n), (_, before) in zip(reversed(readings), reversed(readings[:-1])) if n > before),
                 readings[0][0])
-    return readings[-1][0] - grew
+    return (readings[-1][0] if now is None else max(now, readings[-1][0])) - grew
 
 
 class ServerMetrics(BaseModel):
@@ -330,6 +331,10 @@ class PointMonitor:
         """The scrapes so far (the over-saturation check reads them while the point runs)."""
         with self._lock:
             return list(self.scrapes)
+
+    def server_idle_s(self) -> float | None:
+        """idle_s of the scrapes so far, until now (the window's stall rule asks it every tick)."""
+        return idle_s(self.series(), time.monotonic() - self._t0)
 
     def summary(self, api_servers: int | None = None) -> ServerMetrics | None:
         return summarize(self.series(), self.interval_s, api_servers)
