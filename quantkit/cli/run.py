@@ -105,16 +105,15 @@ def demo(
     from ..console import info
     from ..demo import profile_for
     from ..machine import cpu_isa
-
-    from ..labels import BASELINE
+    from ..pipeline import lanes_of
     from ..pipeline.recipe import load_run
 
-    profile = profile_for()
-    info(f"demo: recipes/runs/{profile.recipe}.yaml ({cpu_isa().describe()}: {profile.says})")
-    plan = load_run(profile.recipe)
-    lanes = profile.lanes(([BASELINE] if plan.baseline else []) + [e.label() for e in plan.methods])
+    isa = cpu_isa()
+    profile = profile_for(isa)
+    info(f"demo: recipes/runs/{profile.recipe}.yaml ({isa.describe()}: {profile.says})")
+    lanes = profile.lanes([lane.label for lane in lanes_of(load_run(profile.recipe))])
     _run(profile.recipe, force, report_dir, json, quiet, enforce_gates=False, only=lanes,
-         note=f"{', '.join(profile.leave_out)} left out on this CPU ({cpu_isa().describe()}): {profile.left_out_because}"
+         note=f"{', '.join(profile.leave_out)} left out on this CPU ({isa.describe()}): {profile.left_out_because}"
          if lanes else None)
 
 

@@ -25,7 +25,12 @@ from .grow import grow_stage
 from .recipe import load_run
 from .stages import Lane, RunContext, RunSummary, StageOutcome
 
-__all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "run"]
+__all__ = ["Lane", "RunContext", "RunSummary", "StageOutcome", "lanes_of", "run"]
+
+
+def lanes_of(plan) -> list[Lane]:
+    """A run recipe's lanes, in order: the baseline (if it has one), then each method entry."""
+    return ([Lane(BASELINE, None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
 
 
 def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None = None,
@@ -39,7 +44,7 @@ def run(recipe_path: str | Path, *, force: bool = False, report_dir: Path | None
     started = time.monotonic()
     plan = load_run(recipe_path)
     check_plan(plan, str(recipe_path))  # everything the recipe points at, before any work
-    lanes = ([Lane(BASELINE, None)] if plan.baseline else []) + [Lane(e.label(), e) for e in plan.methods]
+    lanes = lanes_of(plan)
     labels = [lane.label for lane in lanes]
     if only:  # a typo in --only fails now, not after the model is resolved
         from ..errors import UsageError, did_you_mean
