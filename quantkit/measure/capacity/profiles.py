@@ -130,10 +130,11 @@ def stretched(window: WindowSettings, needed: int, per_s: float) -> WindowSettin
     """`window`, its cap raised so that `needed` requests (with a margin) fit in it at `per_s`: as far
     as STRETCH_MAX x the cap for the margin, further for the requests alone (never past
     numbers.MAX_SECONDS: the stored window stays one WindowSettings accepts)."""
-    span = STRETCH_MARGIN * needed / max(per_s, 1e-9)
+    holds_s = needed / max(per_s, 1e-9)  # the time `needed` requests take to arrive
+    span = STRETCH_MARGIN * holds_s
     if span <= window.max_s:
         return window
-    cap = max(STRETCH_MAX * window.max_s, STRETCH_NEEDED * needed / max(per_s, 1e-9))
+    cap = max(STRETCH_MAX * window.max_s, STRETCH_NEEDED * holds_s)
     return window.model_copy(update={"max_s": round(min(span, cap, MAX_SECONDS), 1)})
 
 
